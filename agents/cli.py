@@ -1,0 +1,6 @@
+"""PLACEHOLDER: replaced by the agent helper."""
+
+
+def agent() -> None:
+    """Not built yet."""
+    raise NotImplementedError

@@ -1,0 +1,32 @@
+"""The ``interstice`` command line: one typer app, one subcommand per capability.
+
+Every subcommand lives beside the code it drives and imports its heavy dependencies
+(solvers, FastAPI, torch) inside the command, so ``interstice --help`` and the
+service never import torch.
+"""
+
+import typer
+
+from interstice import solve_cli
+from interstice.agents import cli as agents_cli
+from interstice.agents import slurm_cli
+from interstice.api import cli as api_cli
+from interstice.models import cli as models_cli
+from interstice.replay import cli as replay_cli
+
+app = typer.Typer(
+    name="interstice",
+    help="Fill a supercomputer's transient idle nodes with elastic deep-learning training.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+app.command("solve")(solve_cli.solve)
+app.command("replay")(replay_cli.replay)
+app.command("serve")(api_cli.serve)
+app.add_typer(api_cli.token_app, name="token")
+app.add_typer(api_cli.db_app, name="db")
+app.command("agent")(agents_cli.agent)
+app.add_typer(slurm_cli.slurm_app, name="slurm")
+app.command("profile")(models_cli.profile)

@@ -1,0 +1,6 @@
+"""PLACEHOLDER: replaced by the training-side helper."""
+
+
+def profile() -> None:
+    """Not built yet."""
+    raise NotImplementedError

@@ -1,0 +1,356 @@
+"""The allocation problem's data: what the optimizer reads and what it answers.
+
+Inputs are frozen pydantic models validated at construction, so a bad snapshot fails with a
+message naming the field before any solver runs. Outputs are separate frozen models.
+
+Units: times in seconds (``*_s``), rates in samples per second (``samples_per_s``), counts in
+nodes. A *sample* is one training example; *goodput* is samples of full-backpropagation
+progress (samples x ``progress_per_sample``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from bisect import bisect_right
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Frozen = ConfigDict(frozen=True, extra="forbid")
+
+SolveStatus = Literal["optimal", "feasible", "fallback"]
+"""``optimal``: proven optimal; ``feasible``: the solver's best incumbent at the time limit;
+``fallback``: no incumbent, the greedy marginal-gain allocation."""
+
+
+class ScalabilityPoint(BaseModel):
+    """One measured throughput: ``model`` on ``nodes`` nodes at SPB depth ``spb_depth``.
+
+    Attributes:
+        model: model name, as in the jobs' ``model`` field.
+        nodes: node count the rate was measured at (0 gives rate 0).
+        samples_per_s: measured training throughput of the whole job, samples/s.
+        spb_depth: Structured Partial Backpropagation depth (0 = ordinary data parallel).
+        progress_per_sample: samples of full-backprop progress one sample at this depth is
+            worth, in (0, 1]; 1 at depth 0.
+    """
+
+    model_config = Frozen
+
+    model: str = Field(min_length=1)
+    nodes: int = Field(ge=0)
+    samples_per_s: float = Field(ge=0)
+    spb_depth: int = Field(default=0, ge=0)
+    progress_per_sample: float = Field(default=1.0, gt=0, le=1)
+
+
+class ScalabilityTable(BaseModel):
+    """Measured samples/s per (model, node count, SPB depth).
+
+    Counts between measured points interpolate linearly (as BFTrainer does, arXiv 2106.12091,
+    Sec. 4); 0 nodes is 0 samples/s. Counts above the largest measured one are not admissible:
+    :meth:`max_nodes` caps a job's ``max_nodes`` there, so no rate is ever extrapolated.
+    """
+
+    model_config = Frozen
+
+    points: tuple[ScalabilityPoint, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_rate_per_point(self) -> ScalabilityTable:
+        seen: set[tuple[str, int, int]] = set()
+        for p in self.points:
+            key = (p.model, p.nodes, p.spb_depth)
+            if key in seen:
+                raise ValueError(
+                    f"scalability table: duplicate row for model {p.model!r}, "
+                    f"nodes {p.nodes}, spb_depth {p.spb_depth}"
+                )
+            seen.add(key)
+        for model in {p.model for p in self.points}:
+            for depth in {p.spb_depth for p in self.points if p.model == model}:
+                progress = {
+                    p.progress_per_sample
+                    for p in self.points
+                    if p.model == model and p.spb_depth == depth
+                }
+                if len(progress) > 1:
+                    raise ValueError(
+                        f"scalability table: model {model!r} depth {depth} has more than one "
+                        "progress_per_sample"
+                    )
+                if not any(p.nodes > 0 for p in self.points if p.model == model and p.spb_depth == depth):
+                    raise ValueError(
+                        f"scalability table: model {model!r} depth {depth} has no row with nodes > 0"
+                    )
+        return self
+
+    @cached_property
+    def _curves(self) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...], float]]:
+        curves: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...], float]] = {}
+        for model, depth in {(p.model, p.spb_depth) for p in self.points}:
+            rows = sorted(
+                (p for p in self.points if p.model == model and p.spb_depth == depth),
+                key=lambda p: p.nodes,
+            )
+            counts = tuple(p.nodes for p in rows)
+            rates = tuple(p.samples_per_s for p in rows)
+            if counts[0] != 0:
+                counts, rates = (0, *counts), (0.0, *rates)
+            curves[(model, depth)] = (counts, rates, rows[0].progress_per_sample)
+        return curves
+
+    @property
+    def models(self) -> frozenset[str]:
+        """Every model name in the table."""
+        return frozenset(p.model for p in self.points)
+
+    def depths(self, model: str) -> tuple[int, ...]:
+        """The SPB depths measured for ``model``, ascending.
+
+        Raises:
+            KeyError: ``model`` is not in the table.
+        """
+        depths = tuple(sorted(d for m, d in self._curves if m == model))
+        if not depths:
+            raise KeyError(f"model {model!r} is not in the scalability table")
+        return depths
+
+    def max_nodes(self, model: str, spb_depth: int = 0) -> int:
+        """Largest measured node count of ``model`` at ``spb_depth`` (no extrapolation above it)."""
+        return self._curve(model, spb_depth)[0][-1]
+
+    def samples_per_s(self, model: str, nodes: int, spb_depth: int = 0) -> float:
+        """Throughput of ``model`` on ``nodes`` nodes at ``spb_depth``, samples/s.
+
+        Linear interpolation between measured counts (BFTrainer, arXiv 2106.12091, Sec. 4).
+
+        Raises:
+            KeyError: unknown model or depth.
+            ValueError: ``nodes`` is negative or above the largest measured count.
+        """
+        counts, rates, _ = self._curve(model, spb_depth)
+        if nodes < 0 or nodes > counts[-1]:
+            raise ValueError(
+                f"{nodes} nodes is outside the measured range 0..{counts[-1]} of model {model!r}"
+            )
+        i = bisect_right(counts, nodes) - 1
+        if counts[i] == nodes:
+            return rates[i]
+        frac = (nodes - counts[i]) / (counts[i + 1] - counts[i])
+        return rates[i] + frac * (rates[i + 1] - rates[i])
+
+    def progress_per_sample(self, model: str, spb_depth: int = 0) -> float:
+        """Samples of full-backprop progress one sample at ``spb_depth`` is worth, in (0, 1]."""
+        return self._curve(model, spb_depth)[2]
+
+    def _curve(self, model: str, spb_depth: int) -> tuple[tuple[int, ...], tuple[float, ...], float]:
+        try:
+            return self._curves[(model, spb_depth)]
+        except KeyError:
+            raise KeyError(
+                f"model {model!r} at spb_depth {spb_depth} is not in the scalability table"
+            ) from None
+
+    @classmethod
+    def from_csv(cls, text: str) -> ScalabilityTable:
+        """Parse the CSV layout of ``shared/data/bftrainer/imagenet-scalability.csv``.
+
+        Columns ``model,nodes,samples_per_s`` are required; ``spb_depth`` and
+        ``progress_per_sample`` are optional (default 0 and 1); other columns (``derived``) are
+        ignored.
+
+        Raises:
+            ValueError: a missing column or a bad value, naming the line.
+        """
+        reader = csv.DictReader(io.StringIO(text))
+        missing = {"model", "nodes", "samples_per_s"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"scalability table: missing column(s) {', '.join(sorted(missing))}")
+        points = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                points.append(
+                    ScalabilityPoint(
+                        model=row["model"],
+                        nodes=int(row["nodes"]),
+                        samples_per_s=float(row["samples_per_s"]),
+                        spb_depth=int(row.get("spb_depth") or 0),
+                        progress_per_sample=float(row.get("progress_per_sample") or 1.0),
+                    )
+                )
+            except ValueError as exc:
+                first = str(exc).splitlines()[0]
+                raise ValueError(f"scalability table line {line}: {first}") from None
+        if not points:
+            raise ValueError("scalability table: no rows")
+        return cls(points=tuple(points))
+
+
+class Job(BaseModel):
+    """An elastic training job as the optimizer sees it at one event.
+
+    Attributes:
+        job_id: unique id.
+        model: a model of the scalability table.
+        min_nodes: fewest nodes it can run on (it gets 0 or min_nodes..max_nodes).
+        max_nodes: most nodes it can use.
+        nodes: names of the idle nodes it holds now (reclaimed ones already removed).
+        spb_depth: SPB depth it runs at now.
+        spb_depths: depths it may be given; ``None`` means every depth the table measured
+            for its model (a plain data-parallel job passes ``(0,)``).
+        priority: multiplier of its term in the objective, > 0.
+        samples_remaining: samples still to train; goodput over the horizon is capped here.
+        rescale_up_s: seconds of lost progress when it grows (or starts).
+        rescale_down_s: seconds of lost progress when it shrinks.
+    """
+
+    model_config = Frozen
+
+    job_id: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    min_nodes: int = Field(ge=1)
+    max_nodes: int = Field(ge=1)
+    nodes: tuple[str, ...] = ()
+    spb_depth: int = Field(default=0, ge=0)
+    spb_depths: tuple[int, ...] | None = None
+    priority: float = Field(default=1.0, gt=0)
+    samples_remaining: float = Field(ge=0)
+    rescale_up_s: float = Field(default=0.0, ge=0)
+    rescale_down_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Job:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(
+                f"job {self.job_id!r}: min_nodes {self.min_nodes} > max_nodes {self.max_nodes}"
+            )
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"job {self.job_id!r}: a node is listed twice in nodes")
+        return self
+
+
+class Weights(BaseModel):
+    """Admin-tunable weights of the objective. The defaults are plain throughput.
+
+    Attributes:
+        throughput: weight of goodput (samples over the forecast horizon).
+        speedup: divide each job's goodput by its one-node rate (BFTrainer's "speedup"
+            objective, arXiv 2106.12091 Sec. 3.3), so small and large models weigh alike.
+        fairness: weight of the concave share term (see the formulation's docstring).
+        priority: exponent on each job's ``priority`` multiplier (0 ignores priorities).
+        churn: penalty per rescale, in the objective's units (see the formulation).
+    """
+
+    model_config = Frozen
+
+    throughput: float = Field(default=1.0, ge=0)
+    speedup: bool = False
+    fairness: float = Field(default=0.0, ge=0)
+    priority: float = Field(default=1.0, ge=0)
+    churn: float = Field(default=0.0, ge=0)
+
+
+class Problem(BaseModel):
+    """One allocation decision: the idle pool, the jobs, the table, the objective.
+
+    Attributes:
+        idle_nodes: names of every node available to elastic jobs now, held ones included.
+        jobs: the admitted jobs.
+        scalability: the throughput table.
+        weights: objective weights.
+        horizon_s: forecast horizon H, seconds, > 0.
+        time_limit_s: solver wall-clock limit, seconds, > 0.
+    """
+
+    model_config = Frozen
+
+    idle_nodes: tuple[str, ...]
+    jobs: tuple[Job, ...]
+    scalability: ScalabilityTable
+    weights: Weights = Weights()
+    horizon_s: float = Field(gt=0)
+    time_limit_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Problem:
+        if len(set(self.idle_nodes)) != len(self.idle_nodes):
+            raise ValueError("idle_nodes: a node is listed twice")
+        ids = [j.job_id for j in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("jobs: a job_id is listed twice")
+        idle = set(self.idle_nodes)
+        holder: dict[str, str] = {}
+        for job in self.jobs:
+            if job.model not in self.scalability.models:
+                raise ValueError(
+                    f"job {job.job_id!r}: model {job.model!r} is not in the scalability table"
+                )
+            if job.spb_depth not in self.scalability.depths(job.model):
+                raise ValueError(
+                    f"job {job.job_id!r}: spb_depth {job.spb_depth} is not measured for "
+                    f"model {job.model!r}"
+                )
+            unmeasured = set(job.spb_depths or ()) - set(self.scalability.depths(job.model))
+            if unmeasured:
+                raise ValueError(
+                    f"job {job.job_id!r}: spb_depths {sorted(unmeasured)} are not measured for "
+                    f"model {job.model!r}"
+                )
+            for node in job.nodes:
+                if node not in idle:
+                    raise ValueError(f"job {job.job_id!r}: holds node {node!r} that is not idle")
+                if node in holder:
+                    raise ValueError(
+                        f"node {node!r} is held by both job {holder[node]!r} and {job.job_id!r}"
+                    )
+                holder[node] = job.job_id
+        return self
+
+
+class JobAllocation(BaseModel):
+    """One job's share of an allocation.
+
+    Attributes:
+        job_id: the job.
+        node_count: nodes it gets (0, or within min_nodes..max_nodes).
+        node_names: which ones, sorted; a superset or a subset of the nodes it held.
+        spb_depth: SPB depth to run at.
+        samples_per_s: expected throughput at that count and depth, samples/s.
+        goodput: expected full-backprop progress over the horizon, samples.
+        rescaled: whether its count or depth changed.
+    """
+
+    model_config = Frozen
+
+    job_id: str
+    node_count: int = Field(ge=0)
+    node_names: tuple[str, ...]
+    spb_depth: int = Field(ge=0)
+    samples_per_s: float = Field(ge=0)
+    goodput: float = Field(ge=0)
+    rescaled: bool
+
+
+class Allocation(BaseModel):
+    """The optimizer's answer.
+
+    Attributes:
+        status: ``optimal``, ``feasible`` or ``fallback`` (see :data:`SolveStatus`).
+        objective: objective value of this allocation (recomputed by the instance).
+        backend: ``cbc``, ``cpsat`` or the policy that produced it.
+        solve_time_s: wall-clock seconds, model building included.
+        horizon_s: forecast horizon used, seconds.
+        jobs: one entry per job of the problem, in the problem's order.
+    """
+
+    model_config = Frozen
+
+    status: SolveStatus
+    objective: float
+    backend: str
+    solve_time_s: float = Field(ge=0)
+    horizon_s: float = Field(gt=0)
+    jobs: tuple[JobAllocation, ...]
