@@ -1,6 +1,154 @@
-"""PLACEHOLDER: replaced by the agent helper."""
+"""``interstice agent``: run the node agent of this node (see interstice.agents.agent)."""
+
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from interstice.errors import fail
 
 
-def agent() -> None:
-    """Not built yet."""
-    raise NotImplementedError
+def _parse_ports(text: str) -> list[int]:
+    try:
+        ports = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        fail(f"--ports {text!r}: expected comma-separated port numbers, e.g. 29500,29501")
+    if not ports or not all(0 < port < 65536 for port in ports):
+        fail(f"--ports {text!r}: expected at least one port in 1..65535")
+    return ports
+
+
+def _parse_signal(text: str) -> signal.Signals:
+    name = text.upper()
+    if name.isdigit():
+        try:
+            return signal.Signals(int(name))
+        except ValueError:
+            fail(f"--preempt-signal {text!r}: no such signal number")
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        return signal.Signals[name]
+    except KeyError:
+        fail(f"--preempt-signal {text!r}: no such signal (e.g. TERM, INT, USR2)")
+
+
+def agent(
+    server: Annotated[str, typer.Option(help="Base URL of the service, e.g. http://head:8000.")],
+    token: Annotated[
+        str,
+        typer.Option(
+            envvar="INTERSTICE_AGENT_TOKEN",
+            help="Bearer token of role agent (interstice token create --role agent); "
+            "prefer the environment variable, which ps does not show.",
+        ),
+    ],
+    node: Annotated[
+        str | None,
+        typer.Option(help="This node's name, as the scheduler names it.", show_default="hostname"),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address other nodes reach this one at (rendezvous and workers bind it).",
+            show_default="this host's address",
+        ),
+    ] = None,
+    ports: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated rendezvous ports this agent may host (one per "
+            "generation, in turn)."
+        ),
+    ] = "29500,29501",
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for run directories, worker status and logs.",
+            show_default="/tmp/interstice-agent-NODE",
+        ),
+    ] = None,
+    report_idle: Annotated[
+        bool,
+        typer.Option(
+            help="Report the node idle on registration (the Slurm prolog path: a "
+            "placeholder job landed on an idle node)."
+        ),
+    ] = False,
+    nproc_per_node: Annotated[
+        int, typer.Option(min=1, help="Worker processes on this node (one per GPU on GPU nodes).")
+    ] = 1,
+    devices: Annotated[
+        str, typer.Option(help="Comma-separated devices reported to the service, e.g. cuda:0.")
+    ] = "",
+    preempt_signal: Annotated[
+        str,
+        typer.Option(
+            help="Signal that means preemption: stop the workers, release the node "
+            "and exit within --grace-s. Not USR1: NCCL may use it."
+        ),
+    ] = "TERM",
+    grace_s: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds from the preemption signal to the forced end "
+            "(Slurm's GraceTime or KillWait); workers still alive 1 s before are killed.",
+        ),
+    ] = 30.0,
+    heartbeat_s: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="Seconds between heartbeats.", show_default="the service's"),
+    ] = None,
+    poll_wait_s: Annotated[
+        float, typer.Option(min=0.0, max=60.0, help="Long-poll wait for commands, seconds.")
+    ] = 20.0,
+    join_timeout_s: Annotated[
+        float, typer.Option(min=1.0, help="A rendezvous not complete after this long fails.")
+    ] = 60.0,
+    checkpoint_every: Annotated[
+        int, typer.Option(min=1, help="Workers checkpoint every this many steps (and on stop).")
+    ] = 50,
+    log_level: Annotated[str, typer.Option(help="Logging level of the agent.")] = "INFO",
+) -> None:
+    """Run this node's agent: register, heartbeat, and run the service's commands.
+
+    Start and rescale commands launch this node's workers with PyTorch elastic; stop
+    commands and the preemption signal make them checkpoint and exit. The agent leaves
+    the service (the node is released) when it exits.
+    """
+    from interstice.agents.agent import Agent, AgentConfig
+
+    node_name = node or socket.gethostname()
+    if host is None:
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            fail("--host: this host's name does not resolve; pass its address")
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s agent[{node_name}] %(levelname)s %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per long-poll otherwise
+    config = AgentConfig(
+        server=server,
+        token=token,
+        node=node_name,
+        host=host,
+        ports=_parse_ports(ports),
+        workdir=workdir or Path(f"/tmp/interstice-agent-{node_name}"),
+        report_idle=report_idle,
+        nproc_per_node=nproc_per_node,
+        devices=tuple(device for device in devices.split(",") if device),
+        preempt_signal=_parse_signal(preempt_signal),
+        grace_s=grace_s,
+        heartbeat_s=heartbeat_s,
+        poll_wait_s=poll_wait_s,
+        join_timeout_s=join_timeout_s,
+        checkpoint_every=checkpoint_every,
+    )
+    raise typer.Exit(Agent(config).run())

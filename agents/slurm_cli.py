@@ -1,5 +1,167 @@
-"""PLACEHOLDER: replaced by the Slurm helper."""
+"""``interstice slurm ...``: fill idle nodes with placeholder jobs, render the site's Slurm
+files, and the Prolog/Epilog entry points (called by agents/slurm/prolog.sh and epilog.sh).
+"""
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-slurm_app = typer.Typer(help="Slurm integration.")
+from interstice.errors import fail
+
+slurm_app = typer.Typer(
+    help="Slurm integration: placeholder jobs in a scavenger partition, Prolog and Epilog.",
+    no_args_is_help=True,
+)
+
+PartitionOption = Annotated[str, typer.Option(help="The scavenger partition.")]
+
+
+@slurm_app.command("conf")
+def conf(
+    partition: PartitionOption = "scavenger",
+    nodes: Annotated[str, typer.Option(help="Nodes of the partition: a node list or ALL.")] = "ALL",
+    grace_s: Annotated[
+        int, typer.Option(help="GraceTime in seconds: how long a preempted placeholder may hold.")
+    ] = 30,
+    priority_tier: Annotated[
+        int, typer.Option(help="PriorityTier of the partition; others need a higher one.")
+    ] = 0,
+    max_time: Annotated[str, typer.Option(help="MaxTime of the partition.")] = "INFINITE",
+    scripts_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where prolog.sh and epilog.sh are on the nodes [installed package]."),
+    ] = None,
+) -> None:
+    """Print the slurm.conf fragment of the scavenger partition (append it to slurm.conf)."""
+    from interstice.agents.slurm_scripts import ScavengerPartition, render_conf_fragment, slurm_dir
+
+    folder = scripts_dir or slurm_dir()
+    settings = ScavengerPartition(
+        prolog=folder / "prolog.sh",
+        epilog=folder / "epilog.sh",
+        partition=partition,
+        nodes=nodes,
+        grace_s=grace_s,
+        priority_tier=priority_tier,
+        max_time=max_time,
+    )
+    try:
+        typer.echo(render_conf_fragment(settings), nl=False)
+    except ValueError as error:
+        fail(str(error))
+
+
+TimeLimitOption = Annotated[
+    str, typer.Option(help="--time of a placeholder job; at its end the node is released.")
+]
+OutputOption = Annotated[str, typer.Option(help="--output of a placeholder job.")]
+
+
+@slurm_app.command("sbatch")
+def sbatch(
+    partition: PartitionOption = "scavenger",
+    time_limit: TimeLimitOption = "1-00:00:00",
+    output: OutputOption = "/dev/null",
+) -> None:
+    """Print the placeholder job's batch script (what `fill` submits)."""
+    from interstice.agents.slurm_scripts import PlaceholderJob, render_sbatch
+
+    try:
+        typer.echo(render_sbatch(PlaceholderJob(partition, time_limit, output)), nl=False)
+    except ValueError as error:
+        fail(str(error))
+
+
+@slurm_app.command("fill")
+def fill(
+    partition: PartitionOption = "scavenger",
+    time_limit: TimeLimitOption = "1-00:00:00",
+    output: OutputOption = "/dev/null",
+    max_jobs: Annotated[
+        int | None, typer.Option(min=0, help="Cap on placeholders queued or running.")
+    ] = None,
+    interval_s: Annotated[float, typer.Option(min=1.0, help="Seconds between passes.")] = 30.0,
+    once: Annotated[bool, typer.Option(help="Run one pass and exit.")] = False,
+) -> None:
+    """Keep one placeholder job queued or running per usable node of the partition.
+
+    Each pass counts the partition's usable nodes (sinfo) and its pending or running
+    placeholders (squeue, by job name) and submits the difference (sbatch), printing one line.
+    Runs until interrupted, or one pass with --once.
+    """
+    from interstice.agents.slurm_env import NodeListError
+    from interstice.agents.slurm_fill import SlurmCommandError, fill_once
+    from interstice.agents.slurm_scripts import PlaceholderJob
+
+    job = PlaceholderJob(partition, time_limit, output)
+    while True:
+        try:
+            outcome = fill_once(job, max_jobs)
+        except (SlurmCommandError, NodeListError, ValueError) as error:
+            fail(str(error))
+        typer.echo(
+            f"partition {partition}: {outcome.nodes} usable nodes, {outcome.queued} placeholders "
+            f"queued or running, submitted {len(outcome.submitted)}"
+            + (f" ({', '.join(outcome.submitted)})" if outcome.submitted else "")
+        )
+        if once:
+            return
+        time.sleep(interval_s)
+
+
+@slurm_app.command("prolog")
+def prolog() -> None:
+    """Start the node's agent for a placeholder job (run by agents/slurm/prolog.sh).
+
+    Reads SLURM_JOB_ID, SLURMD_NODENAME and SLURM_JOB_PARTITION, and the configuration file
+    (INTERSTICE_AGENT_CONF, default /etc/interstice/agent.conf; keys: server_url,
+    agent_token, partition, grace_s, interstice_bin, workdir, state_dir, agent_user,
+    preemption_signal). Does nothing for jobs of other partitions.
+    """
+    from interstice.agents.slurm_config import AgentConfError, conf_path, load_agent_conf
+    from interstice.agents.slurm_env import SlurmEnvError, read_job_env
+    from interstice.agents.slurm_hooks import start_agent
+
+    try:
+        job = read_job_env(os.environ)
+        pid = start_agent(load_agent_conf(conf_path(os.environ)), job)
+    except (SlurmEnvError, AgentConfError, OSError) as error:
+        fail(f"prolog: {error}")
+    if pid is not None:
+        typer.echo(f"prolog: job {job.job_id}: agent of node {job.node} started, pid {pid}")
+
+
+@slurm_app.command("epilog")
+def epilog() -> None:
+    """Stop the job's agent within grace_s, then kill what is left of it (run by epilog.sh).
+
+    Sends the configured preemption signal (SIGTERM) to the agent the Prolog started for
+    SLURM_JOB_ID, waits up to grace_s for it to release its node and exit, then kills what is
+    left: the agent and every process it started (they carry INTERSTICE_SLURM_JOB_ID). Does
+    nothing for jobs without an agent.
+    """
+    from interstice.agents.slurm_config import AgentConfError, conf_path, load_agent_conf
+    from interstice.agents.slurm_env import SlurmEnvError, read_env
+    from interstice.agents.slurm_hooks import agent_log, stop_agent
+
+    try:
+        job_id = read_env(os.environ, "job_id")
+        conf = load_agent_conf(conf_path(os.environ))
+        stopped = stop_agent(conf, job_id)
+    except (SlurmEnvError, AgentConfError, OSError) as error:
+        fail(f"epilog: {error}")
+    if stopped is None:
+        return
+    if not stopped.signalled:
+        verdict = "had already exited"
+    elif stopped.exited_within_grace:
+        verdict = f"exited {stopped.waited_s:.2f} s after the signal"
+    else:
+        verdict = f"was killed {stopped.waited_s:.2f} s after the signal (grace ended)"
+    line = f"epilog: job {job_id}: agent pid {stopped.pid} {verdict}"
+    typer.echo(line)
+    with open(agent_log(conf, job_id), "a") as log:
+        print(line, file=log)

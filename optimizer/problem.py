@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import csv
 import io
-from bisect import bisect_right
 from functools import cached_property
 from typing import Literal
 
+import numpy as np
+from interstice.optimizer.objective import score_options
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Frozen = ConfigDict(frozen=True, extra="forbid")
@@ -81,31 +82,44 @@ class ScalabilityTable(BaseModel):
                         f"scalability table: model {model!r} depth {depth} has more than one "
                         "progress_per_sample"
                     )
-                if not any(p.nodes > 0 for p in self.points if p.model == model and p.spb_depth == depth):
+                rows = [p for p in self.points if p.model == model and p.spb_depth == depth]
+                if not any(p.nodes > 0 for p in rows):
                     raise ValueError(
-                        f"scalability table: model {model!r} depth {depth} has no row with nodes > 0"
+                        f"scalability table: model {model!r} depth {depth} has no row with "
+                        "nodes > 0"
                     )
         return self
 
     @cached_property
-    def _curves(self) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...], float]]:
-        curves: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...], float]] = {}
+    def _curves(self) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, float]]:
+        curves: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, float]] = {}
         for model, depth in {(p.model, p.spb_depth) for p in self.points}:
             rows = sorted(
                 (p for p in self.points if p.model == model and p.spb_depth == depth),
                 key=lambda p: p.nodes,
             )
-            counts = tuple(p.nodes for p in rows)
-            rates = tuple(p.samples_per_s for p in rows)
+            counts = [p.nodes for p in rows]
+            rates = [p.samples_per_s for p in rows]
             if counts[0] != 0:
-                counts, rates = (0, *counts), (0.0, *rates)
-            curves[(model, depth)] = (counts, rates, rows[0].progress_per_sample)
+                counts, rates = [0, *counts], [0.0, *rates]
+            curves[(model, depth)] = (
+                np.array(counts),
+                np.array(rates),
+                rows[0].progress_per_sample,
+            )
         return curves
+
+    @cached_property
+    def _depths(self) -> dict[str, tuple[int, ...]]:
+        depths: dict[str, list[int]] = {}
+        for model, depth in self._curves:
+            depths.setdefault(model, []).append(depth)
+        return {model: tuple(sorted(ds)) for model, ds in depths.items()}
 
     @property
     def models(self) -> frozenset[str]:
         """Every model name in the table."""
-        return frozenset(p.model for p in self.points)
+        return frozenset(self._depths)
 
     def depths(self, model: str) -> tuple[int, ...]:
         """The SPB depths measured for ``model``, ascending.
@@ -113,14 +127,14 @@ class ScalabilityTable(BaseModel):
         Raises:
             KeyError: ``model`` is not in the table.
         """
-        depths = tuple(sorted(d for m, d in self._curves if m == model))
-        if not depths:
-            raise KeyError(f"model {model!r} is not in the scalability table")
-        return depths
+        try:
+            return self._depths[model]
+        except KeyError:
+            raise KeyError(f"model {model!r} is not in the scalability table") from None
 
     def max_nodes(self, model: str, spb_depth: int = 0) -> int:
         """Largest measured node count of ``model`` at ``spb_depth`` (no extrapolation above it)."""
-        return self._curve(model, spb_depth)[0][-1]
+        return int(self._curve(model, spb_depth)[0][-1])
 
     def samples_per_s(self, model: str, nodes: int, spb_depth: int = 0) -> float:
         """Throughput of ``model`` on ``nodes`` nodes at ``spb_depth``, samples/s.
@@ -131,22 +145,28 @@ class ScalabilityTable(BaseModel):
             KeyError: unknown model or depth.
             ValueError: ``nodes`` is negative or above the largest measured count.
         """
+        return float(self.samples_per_s_array(model, np.array([nodes]), spb_depth)[0])
+
+    def samples_per_s_array(self, model: str, nodes: np.ndarray, spb_depth: int = 0) -> np.ndarray:
+        """:meth:`samples_per_s` for an int array of node counts, shape (k,) -> (k,).
+
+        Raises:
+            KeyError: unknown model or depth.
+            ValueError: a count is negative or above the largest measured count.
+        """
         counts, rates, _ = self._curve(model, spb_depth)
-        if nodes < 0 or nodes > counts[-1]:
+        if len(nodes) and (nodes.min() < 0 or nodes.max() > counts[-1]):
             raise ValueError(
-                f"{nodes} nodes is outside the measured range 0..{counts[-1]} of model {model!r}"
+                f"node counts {nodes.min()}..{nodes.max()} leave the measured range "
+                f"0..{counts[-1]} of model {model!r}"
             )
-        i = bisect_right(counts, nodes) - 1
-        if counts[i] == nodes:
-            return rates[i]
-        frac = (nodes - counts[i]) / (counts[i + 1] - counts[i])
-        return rates[i] + frac * (rates[i + 1] - rates[i])
+        return np.interp(nodes, counts, rates)
 
     def progress_per_sample(self, model: str, spb_depth: int = 0) -> float:
         """Samples of full-backprop progress one sample at ``spb_depth`` is worth, in (0, 1]."""
         return self._curve(model, spb_depth)[2]
 
-    def _curve(self, model: str, spb_depth: int) -> tuple[tuple[int, ...], tuple[float, ...], float]:
+    def _curve(self, model: str, spb_depth: int) -> tuple[np.ndarray, np.ndarray, float]:
         try:
             return self._curves[(model, spb_depth)]
         except KeyError:
@@ -309,6 +329,80 @@ class Problem(BaseModel):
                 holder[node] = job.job_id
         return self
 
+    def depths_of(self, job: Job) -> tuple[int, ...]:
+        """The SPB depths ``job`` may be given: ``job.spb_depths``, or every measured one."""
+        return tuple(sorted(job.spb_depths or self.scalability.depths(job.model)))
+
+    def max_count(self, job: Job, spb_depth: int) -> int:
+        """Most nodes ``job`` may get at ``spb_depth``: its ``max_nodes``, capped by the
+        table's largest measured count (no extrapolation) and by the idle pool's size."""
+        return min(
+            job.max_nodes,
+            self.scalability.max_nodes(job.model, spb_depth),
+            len(self.idle_nodes),
+        )
+
+    def evaluate(self, allocation: Allocation) -> float:
+        """Check ``allocation`` against this problem and recompute its objective.
+
+        Checks, per job in the problem's order: the count is 0 or within min_nodes..
+        :meth:`max_count`; the depth is one of :meth:`depths_of` (or the current one at
+        count 0); the node names number ``node_count``, are idle, are nobody else's, and are
+        a superset or a subset of the nodes the job holds (nothing migrates); the reported
+        samples/s, goodput and rescale flag match the scalability table. Capacity follows
+        from the names being distinct idle nodes.
+
+        Args:
+            allocation: an answer to this problem, from any backend or policy.
+
+        Returns:
+            The objective value (formulation's objective, weighted samples).
+
+        Raises:
+            ValueError: the allocation is infeasible or inconsistent, naming the job.
+        """
+        if [a.job_id for a in allocation.jobs] != [j.job_id for j in self.jobs]:
+            raise ValueError("allocation: jobs differ from the problem's jobs or their order")
+        idle = set(self.idle_nodes)
+        taken: set[str] = set()
+        total = 0.0
+        for job, share in zip(self.jobs, allocation.jobs, strict=True):
+            where = f"job {job.job_id!r}"
+            names = set(share.node_names)
+            if len(names) != len(share.node_names) or len(names) != share.node_count:
+                raise ValueError(f"{where}: node_names do not name node_count distinct nodes")
+            if not names <= idle:
+                raise ValueError(f"{where}: gets nodes that are not idle: {sorted(names - idle)}")
+            if names & taken:
+                raise ValueError(f"{where}: gets nodes another job has: {sorted(names & taken)}")
+            taken |= names
+            held = set(job.nodes)
+            if not (names <= held or held <= names):
+                raise ValueError(f"{where}: its nodes would migrate (neither subset nor superset)")
+            count, depth = share.node_count, share.spb_depth
+            if count == 0:
+                if depth != job.spb_depth and depth not in self.depths_of(job):
+                    raise ValueError(f"{where}: spb_depth {depth} is not allowed")
+            else:
+                if depth not in self.depths_of(job):
+                    raise ValueError(f"{where}: spb_depth {depth} is not allowed")
+                if not job.min_nodes <= count <= self.max_count(job, depth):
+                    raise ValueError(
+                        f"{where}: node_count {count} is outside "
+                        f"{job.min_nodes}..{self.max_count(job, depth)}"
+                    )
+            score = score_options(
+                job, np.array([count]), (depth,), self.scalability, self.weights, self.horizon_s
+            )
+            if not (
+                np.isclose(score.samples_per_s[0, 0], share.samples_per_s)
+                and np.isclose(score.goodput[0, 0], share.goodput)
+                and bool(score.rescaled[0, 0]) == share.rescaled
+            ):
+                raise ValueError(f"{where}: samples_per_s, goodput or rescaled is misreported")
+            total += float(score.value[0, 0])
+        return total
+
 
 class JobAllocation(BaseModel):
     """One job's share of an allocation.
@@ -339,11 +433,14 @@ class Allocation(BaseModel):
 
     Attributes:
         status: ``optimal``, ``feasible`` or ``fallback`` (see :data:`SolveStatus`).
-        objective: objective value of this allocation (recomputed by the instance).
-        backend: ``cbc``, ``cpsat`` or the policy that produced it.
+        objective: objective value of this allocation (what :meth:`Problem.evaluate` returns).
+        backend: ``cbc``, ``cpsat`` or the policy that produced it (``greedy``,
+            ``equal_share``; ``greedy`` with status ``fallback`` when a solver had no answer).
         solve_time_s: wall-clock seconds, model building included.
         horizon_s: forecast horizon used, seconds.
         jobs: one entry per job of the problem, in the problem's order.
+        termination: the solver's own termination reason (e.g. CBC ``Optimal``, CP-SAT
+            ``FEASIBLE``), or ``trivial`` / the policy's name where no solver ran.
     """
 
     model_config = Frozen
@@ -354,3 +451,4 @@ class Allocation(BaseModel):
     solve_time_s: float = Field(ge=0)
     horizon_s: float = Field(gt=0)
     jobs: tuple[JobAllocation, ...]
+    termination: str = ""

@@ -1,1 +1,7 @@
-"""TODO(helper): package docstring."""
+"""Trace replay: the optimizer driven through simulated time over a real node-state trace.
+
+``interstice replay`` (:mod:`.cli`) loads the node-state trace (:mod:`.trace`), the jobs file
+(:mod:`.jobs`) and the scalability table, replays the jobs on a window of the trace under a
+policy and two baselines (:mod:`.simulator`, with the horizon of :mod:`.horizon`), and writes
+``report.json`` and ``report.png`` (:mod:`.report`).
+"""

@@ -1,6 +1,211 @@
-"""PLACEHOLDER: replaced by the replay helper."""
+"""``interstice replay``: drive the optimizer through simulated time over the real node trace.
+
+Only typer and pathlib are imported here; numpy, matplotlib, the optimizer and the simulator
+are imported inside the command so that ``interstice --help`` stays light.
+"""
+
+from pathlib import Path
+
+import typer
+
+POLICIES = ("milp", "greedy", "equal-share")
 
 
-def replay() -> None:
-    """Not built yet."""
-    raise NotImplementedError
+def replay(
+    trace: Path | None = typer.Option(
+        None, help="Node-state trace CSV(.gz) [default: the BFTrainer Summit trace]."
+    ),
+    jobs: Path | None = typer.Option(
+        None, help="Jobs CSV [default: the 1,001 ImageNet jobs of BFTrainer]."
+    ),
+    scalability: Path | None = typer.Option(
+        None, help="Scalability table CSV [default: BFTrainer's ImageNet table]."
+    ),
+    start: str | None = typer.Option(
+        None, help="Window start, ISO 8601 (no zone) [default: the trace's first timestamp]."
+    ),
+    hours: float | None = typer.Option(
+        None, help="Window length in hours, > 0 [default: to the trace's end]."
+    ),
+    nodes: int | None = typer.Option(
+        None, help="Replay only this many nodes, drawn with --seed [default: all]."
+    ),
+    seed: int = typer.Option(0, help="Seed of the --nodes draw."),
+    policy: str = typer.Option("milp", help="milp, greedy or equal-share."),
+    backend: str = typer.Option("cbc", help="MILP backend: cbc or cpsat."),
+    horizon: str = typer.Option(
+        "auto", help="Forecast horizon in seconds, or auto (expected remaining idle time)."
+    ),
+    max_active_jobs: int = typer.Option(10, help="Most jobs admitted at once (BFTrainer: 10)."),
+    min_solve_interval: float = typer.Option(
+        0.0, help="Least simulated seconds between two solves (0: solve at every event)."
+    ),
+    time_limit: float = typer.Option(10.0, help="Solver wall-clock limit per solve, seconds."),
+    no_baselines: bool = typer.Option(
+        False, "--no-baselines", help="Replay only --policy, not the other two as baselines."
+    ),
+    out: Path = typer.Option(Path("."), help="Folder for report.json and report.png."),
+) -> None:
+    """Replay elastic jobs on the node-state trace; write report.json and report.png."""
+    import numpy as np
+    from interstice.optimizer import ScalabilityTable, equal_share, greedy, solve
+    from interstice.replay import report as report_module
+    from interstice.replay.horizon import AutoHorizon, FixedHorizon
+    from interstice.replay.jobs import load_jobs
+    from interstice.replay.simulator import ReplayOptions
+    from interstice.replay.simulator import replay as run_replay
+    from interstice.replay.trace import load_trace
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from interstice import data
+    from interstice.errors import fail
+
+    if policy not in POLICIES:
+        fail(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if backend not in ("cbc", "cpsat"):
+        fail(f"--backend must be cbc or cpsat, got {backend!r}")
+    if hours is not None and not hours > 0:
+        fail(f"--hours must be > 0, got {hours}")
+    if max_active_jobs < 1:
+        fail(f"--max-active-jobs must be >= 1, got {max_active_jobs}")
+    if min_solve_interval < 0:
+        fail(f"--min-solve-interval must be >= 0, got {min_solve_interval}")
+    if not time_limit > 0:
+        fail(f"--time-limit must be > 0, got {time_limit}")
+    horizon_s = None
+    if horizon != "auto":
+        try:
+            horizon_s = float(horizon)
+        except ValueError:
+            horizon_s = float("nan")
+        if not 0 < horizon_s < float("inf"):
+            fail(f"--horizon must be a number of seconds > 0 or auto, got {horizon!r}")
+
+    folder = data.data_dir()
+    paths = {
+        "--trace": trace or folder / data.TRACE_FILE,
+        "--jobs": jobs or folder / data.IMAGENET_JOBS_FILE,
+        "--scalability": scalability or folder / data.SCALABILITY_FILE,
+    }
+    for option, path in paths.items():
+        if not path.is_file():
+            fail(f"{option}: no such file {path}")
+    try:
+        table = ScalabilityTable.from_csv(paths["--scalability"].read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail(f"--scalability {paths['--scalability']}: {str(exc).splitlines()[0]}")
+    try:
+        job_specs = load_jobs(paths["--jobs"], table)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail(f"--jobs {paths['--jobs']}: {exc}")
+    try:
+        node_trace = load_trace(paths["--trace"])
+    except (OSError, ValueError) as exc:
+        fail(f"--trace {paths['--trace']}: {exc}")
+
+    start_s = 0.0
+    if start is not None:
+        try:
+            start_at = np.datetime64(start, "s")
+        except ValueError:
+            start_at = np.datetime64("NaT")
+        if np.isnat(start_at):
+            fail(f"--start must be an ISO 8601 time like 2021-02-17T00:00:00, got {start!r}")
+        start_s = float((start_at - node_trace.start) / np.timedelta64(1, "s"))
+        if not 0 <= start_s < node_trace.duration_s:
+            fail(f"--start {start} is outside the trace, {node_trace.start} to {node_trace.end}")
+    end_s = float(node_trace.duration_s)
+    if hours is not None:
+        end_s = min(end_s, start_s + hours * 3600.0)
+    n_nodes = len(node_trace.node_names)
+    node_ids = None
+    if nodes is not None:
+        if not 1 <= nodes <= n_nodes:
+            fail(f"--nodes must be within 1..{n_nodes} (the trace's nodes), got {nodes}")
+        node_ids = np.sort(np.random.default_rng(seed).choice(n_nodes, nodes, replace=False))
+    window = node_trace.window(start_s, end_s, node_ids)
+    horizon_fn = AutoHorizon(node_trace, start_s) if horizon_s is None else FixedHorizon(horizon_s)
+
+    policies = {
+        "milp": lambda problem: solve(problem, backend=backend),
+        "greedy": greedy,
+        "equal-share": equal_share,
+    }
+    order = [policy] + ([] if no_baselines else [p for p in POLICIES if p != policy])
+    options = ReplayOptions(
+        max_active_jobs=max_active_jobs,
+        min_solve_interval_s=min_solve_interval,
+        time_limit_s=time_limit,
+    )
+    console = Console(stderr=True)
+    window_start = window.start.astype(object)
+    console.print(
+        f"replaying {len(window.node_names)} nodes, {window_start} + "
+        f"{window.duration_s / 3600:.1f} h, {len(window.event_time_s)} trace events, "
+        f"{len(job_specs)} jobs; policies: {', '.join(order)}"
+    )
+    results = []
+    columns = (
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        TextColumn("{task.fields[clock]} simulated"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        for name in order:
+            task = progress.add_task(name, total=window.duration_s, clock=str(window_start))
+            step_s = window.duration_s / 500
+            shown = [0.0]
+
+            def show(now_s: float, task=task, shown=shown, step_s=step_s) -> None:
+                if now_s - shown[0] >= step_s:
+                    shown[0] = now_s
+                    clock = window.start + np.timedelta64(int(now_s), "s")
+                    progress.update(task, completed=now_s, clock=str(clock))
+
+            results.append(
+                run_replay(
+                    window,
+                    job_specs,
+                    table,
+                    policies[name],
+                    horizon=horizon_fn,
+                    options=options,
+                    name=name,
+                    on_progress=show,
+                )
+            )
+            progress.update(task, completed=window.duration_s)
+
+    settings = {
+        "trace": str(paths["--trace"]),
+        "jobs": str(paths["--jobs"]),
+        "scalability": str(paths["--scalability"]),
+        "window_start": str(window.start),
+        "window_hours": window.duration_s / 3600,
+        "nodes": len(window.node_names),
+        "seed": seed if nodes is not None else None,
+        "trace_events": len(window.event_time_s),
+        "policy": policy,
+        "backend": backend,
+        "horizon": horizon,
+        "max_active_jobs": max_active_jobs,
+        "min_solve_interval_s": min_solve_interval,
+        "time_limit_s": time_limit,
+    }
+    full = report_module.build_report(settings, results)
+    out.mkdir(parents=True, exist_ok=True)
+    report_module.write_json(full, out / "report.json")
+    report_module.plot(results, window_start, out / "report.png")
+    for name, figures in full["policies"].items():
+        console.print(
+            f"{name:<12} efficiency {figures['efficiency'] or 0:.3f}  "
+            f"utilization {figures['utilization'] or 0:.3f}  "
+            f"goodput {figures['goodput_samples']:.4g} samples  "
+            f"jobs finished {figures['jobs_finished']}  solves {figures['solves']}  "
+            f"wall {figures['replay_wall_s']:.1f} s"
+        )
+    for pair, ratios in full["ratios"].items():
+        console.print(f"{pair}: goodput x{ratios['goodput_samples'] or 0:.3f}")
+    console.print(f"wrote {out / 'report.json'} and {out / 'report.png'}")

@@ -1,1 +1,1 @@
-"""TODO(helper)."""
+"""Alembic migrations of the service's schema (``interstice db upgrade``; ``serve`` runs them)."""

@@ -1,1 +1,1 @@
-"""TODO(helper)."""
+"""One router per resource: nodes, jobs, agents, objective (with audit), scalability, health."""

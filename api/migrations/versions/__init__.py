@@ -1,1 +1,1 @@
-"""TODO(helper)."""
+"""Alembic revisions, oldest first by ``down_revision``."""

@@ -1,0 +1,334 @@
+"""The node agent: registers this node with the service, heartbeats, runs its commands.
+
+Threads, each a loop bounded by the agent's shutdown event:
+
+- commands: long-polls ``GET /agents/{id}/commands`` and queues each new command (delivery
+  is at least once: a command seen before is not run twice; a finished one is acked again);
+- executor: runs the queued commands one at a time (start, rescale, stop) and acks a start
+  or rescale once this node's workers joined the new rendezvous (or failed to);
+- heartbeat: every ``heartbeat_interval_s`` posts what the workers last reported.
+
+A 404 from the service means it forgot this agent (a restart on a fresh database): the agent
+registers again (idempotent for the service). While the service is down every call is
+retried with backoff; the workers keep training meanwhile.
+
+The preemption signal (SIGTERM by default, configurable; not SIGUSR1, which NCCL may use)
+makes the main thread stop the workers (they checkpoint and exit), kill what is left at
+``grace_s - KILL_MARGIN_S``, leave the service (``DELETE /agents/{id}``: the node is
+released) and exit, all within the grace period.
+"""
+
+import logging
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from interstice.agents import launcher, rundir
+from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
+from interstice.agents.protocol import BadCommand, Command, parse_command
+
+log = logging.getLogger("interstice.agent")
+
+KILL_MARGIN_S = 1.0  # workers still alive this long before a deadline are killed
+LEAVE_MIN_S = 0.5  # time always left for DELETE /agents/{id} on the way out
+STOP_TIMEOUT_S = 60.0  # a rescale without a deadline waits this long for the old workers
+LAUNCHER_EXIT_S = 2.0
+PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running  # after its workers exit, the launcher gets this long to exit
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything ``interstice agent`` is told on its command line (see its --help)."""
+
+    server: str
+    token: str
+    node: str
+    host: str
+    ports: list[int]
+    workdir: Path
+    report_idle: bool = False
+    nproc_per_node: int = 1
+    devices: tuple[str, ...] = ()
+    preempt_signal: signal.Signals = signal.SIGTERM
+    grace_s: float = 30.0
+    heartbeat_s: float | None = None
+    poll_wait_s: float = 20.0
+    join_timeout_s: float = 60.0
+    checkpoint_every: int = 50
+
+
+class Agent:
+    """One node's agent (see the module docstring for its threads).
+
+    Args:
+        config: the agent's settings.
+        client: the service client (tests pass one over a mock transport).
+    """
+
+    def __init__(self, config: AgentConfig, client: ServiceClient | None = None) -> None:
+        self.config = config
+        self.client = client or ServiceClient(config.server, config.token)
+        self.launcher = launcher.Launcher(
+            workdir=config.workdir,
+            node=config.node,
+            host=config.host,
+            ports=config.ports,
+            nproc_per_node=config.nproc_per_node,
+            join_timeout_s=config.join_timeout_s,
+            worker_args=["--checkpoint-every", str(config.checkpoint_every)],
+        )
+        self.shutdown = threading.Event()
+        self.agent_id: str | None = None
+        self.heartbeat_interval_s = config.heartbeat_s or 5.0
+        self.generation: launcher.Generation | None = None
+        self._pending_ack: launcher.Generation | None = None
+        self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._seen: set[int] = set()
+        self._acked: dict[int, tuple[bool, str | None]] = {}
+        self._register_lock = threading.Lock()
+        self._generation_lock = threading.Lock()
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Register, serve commands until the preemption signal (or SIGINT), then leave.
+
+        Returns:
+            The process exit code (0).
+        """
+        for signum in {self.config.preempt_signal, signal.SIGINT}:
+            signal.signal(signum, self._on_signal)
+        self.launcher.warm()
+        self._register()
+        threads = [
+            threading.Thread(target=loop, name=loop.__name__, daemon=True)
+            for loop in (self._poll_loop, self._execute_loop, self._heartbeat_loop)
+        ]
+        for thread in threads:
+            thread.start()
+        while not self.shutdown.wait(0.2):
+            pass
+        self._leave((self._signalled_at or time.monotonic()) + self.config.grace_s)
+        return 0
+
+    _signalled_at: float | None = None
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self._signalled_at = time.monotonic()
+        self.shutdown.set()
+
+    def _leave(self, grace_ends: float) -> None:
+        """Stop the workers, release the node and close, all before ``grace_ends``."""
+        log.info("leaving: stopping workers, releasing node %s", self.config.node)
+        # The executor lets go of the lock within a poll tick once shutdown is set.
+        locked = self._generation_lock.acquire(timeout=1.0)
+        try:
+            if self.generation is not None:
+                self._end_generation(self.generation, grace_ends - KILL_MARGIN_S - LEAVE_MIN_S)
+        finally:
+            if locked:
+                self._generation_lock.release()
+        self.launcher.close_spare()
+        if self.agent_id is not None:
+            try:
+                self.client.leave(
+                    self.agent_id, give_up_after_s=max(0.2, grace_ends - time.monotonic() - 0.3)
+                )
+            except (ServiceRejected, ServiceUnavailable) as error:
+                log.warning("could not release the node: %s", error)
+        self.client.close()
+
+    def _register(self) -> None:
+        """Register (again) with the service, retrying until it answers or shutdown."""
+        body = {
+            "node": self.config.node,
+            "host": self.config.host,
+            "ports": self.config.ports,
+            "devices": list(self.config.devices),
+            "report_idle": self.config.report_idle,
+        }
+        with self._register_lock:
+            try:
+                answer = self.client.register(body, should_stop=self.shutdown.is_set)
+            except ServiceUnavailable:
+                return  # shutting down
+            self.agent_id = answer["agent_id"]
+            if self.config.heartbeat_s is None:
+                self.heartbeat_interval_s = float(answer.get("heartbeat_interval_s", 5.0))
+        log.info("registered node %s as agent %s", self.config.node, self.agent_id)
+
+    def _guarded(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a client call for this agent; re-register on 404 and return None."""
+        try:
+            return call(self.agent_id, *args, should_stop=self.shutdown.is_set, **kwargs)
+        except ServiceRejected as error:
+            if error.status_code == 404:
+                self._register()
+            else:
+                log.warning("%s", error)
+        except ServiceUnavailable:
+            pass
+        return None
+
+    # -- threads ------------------------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        while not self.shutdown.is_set():
+            commands = self._guarded(self.client.poll_commands, self.config.poll_wait_s)
+            new = False
+            for payload in commands or []:
+                command_id = payload.get("command_id")
+                if command_id in self._acked:
+                    self._ack(command_id, *self._acked[command_id])  # the ack got lost
+                elif command_id not in self._seen:
+                    self._seen.add(command_id)
+                    self._commands.put(payload)
+                    new = True
+            if commands and not new:
+                # Only commands still running (acked once their workers joined): the
+                # service answers them at once, so wait rather than spin.
+                self.shutdown.wait(PENDING_POLL_S)
+
+    def _heartbeat_loop(self) -> None:
+        while not self.shutdown.wait(self.heartbeat_interval_s):
+            self._guarded(self.client.heartbeat, self.heartbeat_body())
+
+    def _execute_loop(self) -> None:
+        while not self.shutdown.is_set():
+            try:
+                payload = self._commands.get(timeout=0.05)
+            except queue.Empty:
+                self._check_pending_ack()
+                continue
+            with self._generation_lock:
+                if self.shutdown.is_set():
+                    return
+                try:
+                    self._execute(payload)
+                except Exception as error:  # the agent keeps running whatever one command does
+                    log.exception("command %s failed", payload.get("command_id"))
+                    self._ack(payload.get("command_id"), False, f"{type(error).__name__}: {error}")
+
+    # -- commands -----------------------------------------------------------------------
+
+    def _execute(self, payload: dict[str, Any]) -> None:
+        try:
+            command = parse_command(payload)
+        except BadCommand as error:
+            self._ack(payload.get("command_id"), False, str(error))
+            return
+        log.info("command %s: %s %s", command.command_id, command.kind, command.job_id)
+        current = self.generation
+        if command.kind == "stop":
+            if current is None or current.command.job_id != command.job_id:
+                self._ack(
+                    command.command_id,
+                    False,
+                    f"unknown job {command.job_id!r}: "
+                    f"node {self.config.node} runs no workers of it",
+                )
+                return
+            self._end_generation(current, _deadline(command, KILL_MARGIN_S))
+            self._ack(command.command_id, True, None)
+            return
+        if current is not None:
+            self._end_generation(current, _deadline(command, KILL_MARGIN_S))
+        if not self.shutdown.is_set():
+            self.generation = self._pending_ack = self.launcher.launch(command)
+
+    def _end_generation(self, generation: launcher.Generation, kill_at: float) -> None:
+        """Ask the workers to checkpoint and exit; kill them at ``kill_at`` (monotonic)."""
+        launcher.request_stop(generation.run_dir)
+        process = generation.process
+        in_executor = threading.current_thread() is not threading.main_thread()
+        while launcher.workers_alive(process) and time.monotonic() < kill_at:
+            if in_executor and self.shutdown.is_set():
+                return  # the main thread takes over, within the grace period
+            time.sleep(0.02)
+        if launcher.workers_alive(process):
+            log.warning("workers of %s missed their deadline: killed", generation.rendezvous_id)
+        else:
+            # The workers are done; torch's launcher may still wait on its exit barrier.
+            try:
+                process.wait(timeout=max(0.0, min(LAUNCHER_EXIT_S, kill_at - time.monotonic())))
+            except Exception:  # noqa: BLE001  (TimeoutExpired: killed just below)
+                pass
+        launcher.kill(process)
+        if self._pending_ack is generation:
+            self._check_pending_ack(ending=True)
+
+    def _check_pending_ack(self, ending: bool = False) -> None:
+        """Ack the last start/rescale once its workers joined, or failed to."""
+        generation = self._pending_ack
+        if generation is None:
+            return
+        joined = any(
+            status.get("rendezvous_id") == generation.rendezvous_id
+            for status in rundir.read_statuses(generation.run_dir)
+        )
+        returncode = generation.process.poll()
+        waited_s = time.monotonic() - generation.started_at
+        if joined:
+            ok, error = True, None
+        elif ending:
+            ok, error = True, None  # superseded by a newer command: not a failure
+        elif returncode is not None:
+            ok, error = False, f"launch failed (exit {returncode}): {generation.log_tail()}"
+        elif waited_s > self.config.join_timeout_s + 30:
+            launcher.kill(generation.process)
+            ok, error = (
+                False,
+                f"rendezvous {generation.rendezvous_id} not complete in {waited_s:.0f} s",
+            )
+        else:
+            return
+        self._pending_ack = None
+        self._ack(generation.command.command_id, ok, error)
+        self.launcher.warm()  # now: a spare importing torch would slow the launch down
+
+    def _ack(self, command_id: int | None, ok: bool, error: str | None) -> None:
+        if command_id is None:
+            return
+        self._acked[command_id] = (ok, error)
+        if not ok:
+            log.warning("command %s refused: %s", command_id, error)
+        self._guarded(self.client.ack, command_id, ok, error)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What this node's workers last reported, as the heartbeat's body."""
+        generation = self.generation
+        statuses = rundir.read_statuses(generation.run_dir) if generation else []
+        if generation is None or not statuses:
+            return {
+                "job_id": generation.command.job_id if generation else None,
+                "world_size": None,
+                "step": None,
+                "samples_per_s": None,
+                "samples_done": None,
+            }
+        latest = max(statuses, key=lambda status: status.get("step") or 0)
+        return {
+            "job_id": generation.command.job_id,
+            "world_size": latest.get("nodes"),
+            "step": latest.get("step"),
+            "samples_per_s": latest.get("samples_per_s"),
+            "samples_done": latest.get("samples_done"),
+        }
+
+
+def _deadline(command: Command, margin_s: float) -> float:
+    """The monotonic time at which the old workers of ``command`` must be gone."""
+    if command.deadline is None:
+        return time.monotonic() + STOP_TIMEOUT_S
+    deadline = command.deadline
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    remaining_s = (deadline - datetime.now(UTC)).total_seconds()
+    return time.monotonic() + remaining_s - margin_s

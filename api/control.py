@@ -1,0 +1,244 @@
+"""The control loop: coalesce events, solve off the event loop, apply in one transaction.
+
+Events that change the problem call :meth:`ControlLoop.mark_stale` (from any thread). The
+loop waits for staleness, sleeps ``debounce_s`` so close events coalesce into one solve,
+snapshots the problem (:func:`build_problem`), runs the solver in a dedicated worker thread
+with the objective's time limit, then writes the allocation and the commands it implies in
+one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
+issue their commands at once (:func:`interstice.api.state.release_node`), even while a solve
+runs. A second task sweeps agent leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from interstice.api import state
+from interstice.api.schemas import ObjectivePublic
+from interstice.api.service import Service
+from interstice.api.state import ACTIVE_JOB_STATES, Changes, parse_id
+from interstice.api.tables import AllocationRecord, IdleInterval, Job, Node, utcnow
+from interstice.optimizer import Allocation, Problem, Weights, expected_remaining_idle_s
+from interstice.optimizer import Job as OptimizerJob
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+log = logging.getLogger("interstice.api")
+
+Solver = Callable[[Problem, str], Allocation]
+"""``solver(problem, backend) -> Allocation``; production uses :func:`optimizer_solver`."""
+
+IDLE_INTERVALS_KEPT = 10000
+"""Most recent idle intervals the ``auto`` horizon estimates from."""
+
+
+def optimizer_solver(problem: Problem, backend: str) -> Allocation:
+    """The production solver: :func:`interstice.optimizer.solve` with ``backend``."""
+    from interstice.optimizer import solve
+
+    return solve(problem, backend=backend)
+
+
+def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> float:
+    """The forecast horizon, seconds: the fixed value, or for ``auto`` the expected remaining
+    idle time (:func:`interstice.optimizer.expected_remaining_idle_s`) of the observed idle
+    intervals at the pool's median idle age."""
+    if objective.horizon_s != "auto":
+        return float(objective.horizon_s)
+    lengths = list(
+        session.scalars(
+            select(IdleInterval.length_s)
+            .order_by(IdleInterval.id.desc())
+            .limit(IDLE_INTERVALS_KEPT)
+        )
+    )
+    now = utcnow()
+    ages = sorted(
+        (now - since).total_seconds()
+        for since in session.scalars(select(Node.since).where(Node.name.in_(pool)))
+    )
+    return expected_remaining_idle_s(lengths, max(0.0, ages[len(ages) // 2]) if ages else 0.0)
+
+
+def build_problem(service: Service) -> tuple[Problem, str] | None:
+    """The optimizer's problem now, and the backend to solve it with; None when there is
+    nothing to decide (no table, no active job, or no allocatable node)."""
+    with service.db.read() as session:
+        table = service.scalability(session)
+        pool = state.allocatable_nodes(session)
+        jobs = list(
+            session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
+        )
+        if table is None or not jobs or not pool:
+            return None
+        objective = service.objective(session)
+        in_pool = set(pool)
+        problem_jobs = []
+        for job in jobs:
+            if job.model not in table.models:
+                continue
+            depths = (0,) if job.parallelism == "dp" else table.depths(job.model)
+            largest = max(table.max_nodes(job.model, d) for d in depths)
+            if largest < job.min_nodes:
+                continue
+            problem_jobs.append(
+                OptimizerJob(
+                    job_id=job.job_id,
+                    model=job.model,
+                    min_nodes=job.min_nodes,
+                    max_nodes=min(job.max_nodes, largest),
+                    nodes=tuple(n for n in state.held_nodes(session, job.id) if n in in_pool),
+                    spb_depth=job.spb_depth if job.spb_depth in depths else min(depths),
+                    spb_depths=depths,
+                    priority=job.priority,
+                    samples_remaining=max(0.0, job.total_samples - job.samples_done),
+                    rescale_up_s=job.rescale_up_s,
+                    rescale_down_s=job.rescale_down_s,
+                )
+            )
+        if not problem_jobs:
+            return None
+        problem = Problem(
+            idle_nodes=tuple(pool),
+            jobs=tuple(problem_jobs),
+            scalability=table,
+            weights=Weights(
+                throughput=objective.throughput,
+                speedup=objective.speedup,
+                fairness=objective.fairness,
+                priority=objective.priority,
+                churn=objective.churn,
+            ),
+            horizon_s=horizon_s(session, objective, pool),
+            time_limit_s=objective.time_limit_s,
+        )
+        return problem, objective.backend
+
+
+def apply_allocation(service: Service, allocation: Allocation) -> Changes:
+    """Write ``allocation`` and its commands in one transaction.
+
+    The world may have moved during the solve: nodes that left the pool are dropped from a
+    job's new set (a set below ``min_nodes`` becomes empty), jobs that ended are skipped.
+    Shrinking jobs are moved before growing ones, so a node changing hands gets ``stop``
+    before ``start``.
+    """
+    changes = Changes()
+    with service.db.write() as session:
+        pool = set(state.allocatable_nodes(session))
+        moves = []
+        for share in allocation.jobs:
+            number = parse_id(share.job_id, "j")
+            job = None if number is None else session.get(Job, number)
+            if job is None or job.state not in ACTIVE_JOB_STATES:
+                continue
+            target = [n for n in share.node_names if n in pool]
+            if len(target) < job.min_nodes:
+                target = []
+            growth = len(target) - len(state.held_nodes(session, job.id))
+            moves.append((growth, job.id, job, target, share.spb_depth))
+        for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
+            seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
+            state.move_job(
+                session,
+                job,
+                target,
+                depth,
+                reason="allocation",
+                deadline=utcnow() + timedelta(seconds=seconds),
+                changes=changes,
+            )
+        session.add(
+            AllocationRecord(
+                status=allocation.status,
+                backend=allocation.backend,
+                objective=allocation.objective,
+                solve_time_s=allocation.solve_time_s,
+                horizon_s=allocation.horizon_s,
+                jobs=[share.model_dump(mode="json") for share in allocation.jobs],
+            )
+        )
+    return changes
+
+
+class ControlLoop:
+    """The background tasks of one service: the solve loop and the lease sweeper."""
+
+    def __init__(self, service: Service, solver: Solver) -> None:
+        self.service = service
+        self.solver = solver
+        self.solves = 0
+        self._stale: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def mark_stale(self) -> None:
+        """Ask for a solve (thread-safe; coalesced with others within ``debounce_s``)."""
+        if self._loop is not None and self._stale is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stale.set)
+
+    async def start(self) -> None:
+        """Start both tasks on the running loop; the first solve follows at once."""
+        self._loop = asyncio.get_running_loop()
+        self._stale = asyncio.Event()
+        self.service.notifier.bind(self._loop)
+        self.service.on_stale = self.mark_stale
+        self._tasks = [
+            asyncio.create_task(self._solve_forever(), name="interstice-control"),
+            asyncio.create_task(self._sweep_forever(), name="interstice-sweeper"),
+        ]
+        self._stale.set()
+
+    async def stop(self) -> None:
+        """Cancel both tasks; a solve in its thread is abandoned."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _in_thread(self, fn: Callable[..., object], *args: object) -> object:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._executor, fn, *args)
+
+    async def _solve_forever(self) -> None:
+        assert self._stale is not None
+        settings = self.service.settings
+        while True:
+            await self._stale.wait()
+            await asyncio.sleep(settings.debounce_s)
+            self._stale.clear()
+            try:
+                await self._solve_once()
+            except Exception:
+                log.exception("solve failed; retrying in %.1f s", settings.heartbeat_interval_s)
+                self.service.metrics.solver_status.labels("error").inc()
+                await asyncio.sleep(settings.heartbeat_interval_s)
+                self._stale.set()
+
+    async def _solve_once(self) -> None:
+        snapshot = await self._in_thread(build_problem, self.service)
+        if snapshot is None:
+            return
+        problem, backend = snapshot  # type: ignore[misc]
+        allocation: Allocation = await self._in_thread(self.solver, problem, backend)  # type: ignore[assignment]
+        metrics = self.service.metrics
+        metrics.solve_seconds.observe(allocation.solve_time_s)
+        metrics.solver_status.labels(allocation.status).inc()
+        changes: Changes = await self._in_thread(apply_allocation, self.service, allocation)  # type: ignore[assignment]
+        self.solves += 1
+        changes.stale = False  # the loop's own moves do not call for another solve
+        self.service.after_commit(changes)
+
+    async def _sweep_forever(self) -> None:
+        period_s = max(0.05, self.service.settings.heartbeat_interval_s / 2)
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                await asyncio.to_thread(self.service.sweep)
+            except Exception:
+                log.exception("lease sweep failed")

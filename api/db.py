@@ -1,0 +1,114 @@
+"""Engine, sessions and schema migrations, the same code on SQLite and PostgreSQL.
+
+SQLite runs in WAL mode with a busy timeout. All writes of the process go through one lock
+(:class:`Database.write`): the service is a single process, so this serializes state changes
+(a reclaim never interleaves with an applied allocation) and keeps SQLite free of
+``database is locked`` upgrades; reads run concurrently.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, ``synchronous=NORMAL`` and a 30 s busy timeout
+    (an in-memory SQLite database, for tests, is one connection shared by all threads)."""
+    if url.startswith("sqlite"):
+        in_memory = url in ("sqlite://", "sqlite:///:memory:")
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            **({"poolclass": StaticPool} if in_memory else {"pool_size": 20, "max_overflow": 40}),
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40)
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic configuration for this package's migrations (no ``alembic.ini`` needed)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(engine: Engine) -> None:
+    """Upgrade the schema to the newest migration (idempotent)."""
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def wait_until_reachable(engine: Engine, timeout_s: float) -> None:
+    """Retry ``SELECT 1`` until it answers or ``timeout_s`` passes.
+
+    Raises:
+        OperationalError: the database is still unreachable after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            return
+        except OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
+class Database:
+    """The engine, a session factory and the process-wide write lock."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_lock = threading.Lock()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading (rolled back at the end)."""
+        with self._sessions() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session holding the write lock; commits at the end, rolls back on an error."""
+        with self._write_lock, self._sessions() as session, session.begin():
+            yield session
+
+    def ping(self) -> bool:
+        """Whether the database answers ``SELECT 1``."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            return True
+        except Exception:  # noqa: BLE001 - any failure means not ready
+            return False
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

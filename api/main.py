@@ -1,0 +1,67 @@
+"""Builds the FastAPI app: routers, error mapping, metrics middleware, and the lifespan
+that waits for the database, upgrades it to the newest migration and runs the control loop."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from interstice.api import db as database
+from interstice.api.control import ControlLoop, Solver, optimizer_solver
+from interstice.api.metrics import Metrics, RequestLatency
+from interstice.api.routes import agents, health, jobs, nodes, objective, scalability
+from interstice.api.service import Service
+from interstice.api.settings import Settings
+from interstice.api.state import Conflict, NotFound
+
+
+def create_app(settings: Settings | None = None, solver: Solver | None = None) -> FastAPI:
+    """The service's app.
+
+    Args:
+        settings: configuration; default from the environment.
+        solver: ``solver(problem, backend) -> Allocation``; default
+            :func:`interstice.optimizer.solve` (tests inject a slow stub).
+    """
+    settings = settings or Settings()
+    metrics = Metrics()
+    service = Service(database.Database(settings.db_url), settings, metrics)
+    control = ControlLoop(service, solver or optimizer_solver)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        def prepare() -> None:
+            database.wait_until_reachable(service.db.engine, settings.db_wait_s)
+            database.upgrade(service.db.engine)
+            service.bootstrap()
+
+        await anyio.to_thread.run_sync(prepare)
+        await control.start()
+        try:
+            yield
+        finally:
+            await control.stop()
+            service.db.dispose()
+
+    app = FastAPI(
+        title="interstice",
+        version="1",
+        summary="Fills a supercomputer's transient idle nodes with elastic training jobs.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.control = control
+    for module in (nodes, jobs, agents, objective, scalability, health):
+        app.include_router(module.router)
+    app.add_middleware(RequestLatency, metrics=metrics)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    return app

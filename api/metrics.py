@@ -1,0 +1,78 @@
+"""Prometheus metrics, one :class:`~prometheus_client.CollectorRegistry` per app instance.
+
+Counters and histograms are updated where things happen; the gauges (nodes, jobs, pending
+commands, agents) are read from the database at scrape time.
+"""
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class Metrics:
+    """The service's instruments."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.idle_nodes = Gauge(
+            "interstice_idle_nodes", "Nodes the scheduler reports idle", registry=r
+        )
+        self.allocatable_nodes = Gauge(
+            "interstice_allocatable_nodes", "Idle nodes with an alive agent", registry=r
+        )
+        self.allocated_nodes = Gauge(
+            "interstice_allocated_nodes", "Nodes held by a job", registry=r
+        )
+        self.jobs = Gauge("interstice_jobs", "Jobs by state", ["state"], registry=r)
+        self.pending_commands = Gauge(
+            "interstice_pending_commands", "Commands not yet acknowledged", registry=r
+        )
+        self.agents_alive = Gauge("interstice_agents_alive", "Agents alive", registry=r)
+        self.solve_seconds = Histogram(
+            "interstice_solve_seconds",
+            "Wall-clock time of one solve, model building included",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.solver_status = Counter(
+            "interstice_solver_status", "Solves by termination status", ["status"], registry=r
+        )
+        self.rescales = Counter(
+            "interstice_rescales", "Job rescales by reason", ["reason"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "interstice_request_seconds",
+            "HTTP request latency by route",
+            ["method", "route", "status"],
+            registry=r,
+        )
+
+
+class RequestLatency:
+    """ASGI middleware timing every HTTP request into ``interstice_request_seconds``."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            self.metrics.request_seconds.labels(
+                scope["method"], getattr(route, "path", "unmatched"), str(status[0])
+            ).observe(time.perf_counter() - start)

@@ -1,0 +1,95 @@
+"""Node-agent routes (docs/agent-protocol.md): register, heartbeat, leave, commands."""
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query, Response, status
+from interstice.api.deps import AdminToken, AgentToken, ServiceDep, roles
+from interstice.api.schemas import (
+    AgentCreate,
+    AgentRegistered,
+    AgentsPublic,
+    CommandAck,
+    CommandAckAnswer,
+    CommandsPublic,
+    Heartbeat,
+    HeartbeatAnswer,
+)
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    **roles(
+        "agent",
+        errors=(400,),
+        answers={200: {"model": AgentRegistered, "description": "Re-registration (same id)"}},
+    ),
+)
+def register_agent(
+    body: AgentCreate, response: Response, service: ServiceDep, _: AgentToken
+) -> AgentRegistered:
+    """Register the agent of a node: 201 the first time, 200 (same ``agent_id``) after.
+    With ``report_idle`` the node becomes idle as on a scheduler ``idle`` event. Roles: agent.
+    """
+    answer, created = service.register_agent(body)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return answer
+
+
+@router.get("", **roles("admin"))
+def list_agents(service: ServiceDep, _: AdminToken) -> AgentsPublic:
+    """Every agent with its state and last report. Roles: admin."""
+    return service.list_agents()
+
+
+@router.post("/{agent_id}/heartbeat", **roles("agent", errors=(400, 404)))
+def heartbeat(
+    agent_id: str, body: Heartbeat, service: ServiceDep, _: AgentToken
+) -> HeartbeatAnswer:
+    """Renew the agent's lease and report what its workers run; the job keeps the maximum
+    ``samples_done`` and finishes at ``total_samples``. 404: unknown agent, register again.
+    Roles: agent."""
+    return service.heartbeat(agent_id, body)
+
+
+@router.delete(
+    "/{agent_id}", status_code=status.HTTP_204_NO_CONTENT, **roles("agent", errors=(404,))
+)
+def leave(agent_id: str, service: ServiceDep, _: AgentToken) -> None:
+    """The agent leaves: its node leaves the pool at once and its job is rescaled without
+    it. Idempotent. Roles: agent."""
+    service.leave_agent(agent_id)
+
+
+@router.get("/{agent_id}/commands", **roles("agent", errors=(404,)))
+async def poll_commands(
+    agent_id: str,
+    service: ServiceDep,
+    _: AgentToken,
+    wait: Annotated[float, Query(ge=0, le=60, description="seconds to wait for a command")] = 30,
+) -> CommandsPublic:
+    """Long-poll: every pending command of the agent, oldest first, at once when there is
+    one; else after at most ``wait`` seconds, none. A command is answered again until
+    acknowledged. Roles: agent."""
+    number = await anyio.to_thread.run_sync(service.known_agent, agent_id)
+    woken = service.notifier.subscribe(number)
+    answer = await anyio.to_thread.run_sync(service.commands, number)
+    wait_s = min(wait, service.settings.max_poll_wait_s)
+    if answer.count or wait_s <= 0:
+        return answer
+    with anyio.move_on_after(wait_s):
+        await woken.wait()
+    return await anyio.to_thread.run_sync(service.commands, number)
+
+
+@router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))
+def ack_command(
+    agent_id: str, command_id: int, body: CommandAck, service: ServiceDep, _: AgentToken
+) -> CommandAckAnswer:
+    """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; a job
+    whose commands failed ``max_command_failures`` times is ``failed``. Roles: agent."""
+    return service.ack(agent_id, command_id, body)

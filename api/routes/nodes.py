@@ -1,0 +1,28 @@
+"""Scheduler-facing routes: node events and the node list."""
+
+from fastapi import APIRouter
+from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
+from interstice.api.schemas import NodeEventsCreate, NodeEventsResult, NodesPublic
+
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+
+
+@router.post("/events", **roles("scheduler", errors=(400, 409)))
+def post_node_events(
+    body: NodeEventsCreate, service: ServiceDep, _: SchedulerToken
+) -> NodeEventsResult:
+    """Apply a batch of node-state changes in order. Roles: scheduler.
+
+    ``busy`` on a node that a job holds is a reclaim: at once (without waiting for the
+    solver) the node's agent gets ``stop`` with deadline ``at + grace_s`` and the job's other
+    agents ``rescale`` (or ``stop`` below ``min_nodes``). A repeated ``event_id`` changes
+    nothing and answers the same; 409 when it is reused for a different event.
+    """
+    return service.node_events(body)
+
+
+@router.get("", **roles("scheduler", "admin"))
+def get_nodes(service: ServiceDep, _: NodeReader) -> NodesPublic:
+    """Every node: scheduler state, agent, holder and whether it is allocatable (idle with
+    an alive agent). Roles: scheduler, admin."""
+    return service.list_nodes()

@@ -1,0 +1,48 @@
+"""The scalability table: read by users and admins, replaced by admins (CSV body)."""
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from interstice.api.deps import AdminToken, ServiceDep, UserToken, roles
+from interstice.api.schemas import ScalabilityPublic
+
+router = APIRouter(prefix="/v1/scalability", tags=["scalability"])
+
+_CSV_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"text/csv": {"schema": {"type": "string"}}},
+        "description": "columns model,nodes,samples_per_s[,spb_depth,progress_per_sample]",
+    },
+    "responses": {
+        "422": {
+            "description": "Malformed CSV (the message names the line)",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
+            },
+        }
+    },
+}
+
+
+@router.get("", **roles("user", "admin", errors=(404,)))
+def get_scalability(service: ServiceDep, _: UserToken) -> ScalabilityPublic:
+    """The loaded table's models and row count; 404 when none is loaded. Roles: user, admin."""
+    return service.scalability_public()
+
+
+@router.put("", **roles("admin", errors=(409,), openapi=_CSV_BODY))
+async def put_scalability(
+    request: Request, service: ServiceDep, who: AdminToken
+) -> ScalabilityPublic:
+    """Replace the table with a CSV body in the shared data's format (``model, nodes,
+    samples_per_s``, optional ``spb_depth``, ``progress_per_sample``). 422 names the bad
+    line; 409 when an active job's model would be missing. Audited. Roles: admin."""
+    try:
+        text = (await request.body()).decode("utf-8")
+        return await anyio.to_thread.run_sync(service.update_scalability, who, text)
+    except ValueError as exc:  # UnicodeDecodeError included
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RequestValidationError(
+            [{"loc": ("body",), "msg": message, "type": "value_error"}]
+        ) from None

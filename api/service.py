@@ -1,0 +1,657 @@
+"""The service layer: what routes and the control loop call.
+
+Each method runs one write (or read) transaction, then acts on its :class:`Changes` after
+the commit: wakes long-polls, marks the allocation stale, counts rescales. Methods are
+synchronous; FastAPI runs them in its thread pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from interstice.api import schemas, state
+from interstice.api.db import Database
+from interstice.api.metrics import Metrics
+from interstice.api.notify import Notifier
+from interstice.api.settings import Settings
+from interstice.api.state import ACTIVE_JOB_STATES, Changes, Conflict, NotFound, parse_id
+from interstice.api.tables import (
+    Agent,
+    AuditEntry,
+    Command,
+    Config,
+    Job,
+    Node,
+    Rescale,
+    Token,
+    utcnow,
+)
+from interstice.optimizer import ScalabilityTable
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+log = logging.getLogger("interstice.api")
+
+DEFAULT_ENTRYPOINT = "interstice.agents.worker"
+DEFAULT_OBJECTIVE: dict[str, Any] = {
+    "throughput": 1.0,
+    "speedup": False,
+    "fairness": 0.0,
+    "priority": 1.0,
+    "churn": 0.0,
+    "horizon_s": "auto",
+    "backend": "cpsat",
+    "time_limit_s": 10.0,
+}
+
+
+def hash_token(token: str) -> str:
+    """sha256 hex digest of a bearer token (tokens are 32 random bytes, so no salt is needed)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(db: Database, role: str, name: str) -> str:
+    """Store a new token of ``role`` and return it; only its hash is kept."""
+    token = secrets.token_urlsafe(32)
+    with db.write() as session:
+        session.add(Token(name=name, role=role, token_sha256=hash_token(token)))
+    return token
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the token's id, name and role."""
+
+    token_id: int
+    name: str
+    role: str
+
+
+class Service:
+    """State, wake-ups and staleness of one running service."""
+
+    def __init__(self, db: Database, settings: Settings, metrics: Metrics) -> None:
+        self.db = db
+        self.settings = settings
+        self.metrics = metrics
+        self.notifier = Notifier()
+        self.on_stale: Callable[[], None] = lambda: None
+        self._tokens: dict[str, Principal] = {}
+        self._leases: dict[int, float] = {}
+        self._reports: dict[int, dict[str, Any]] = {}
+        self._lease_lock = threading.Lock()
+        self._started = time.monotonic()
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def after_commit(self, changes: Changes) -> None:
+        """Wake long-polls, count rescales, mark stale: what follows a commit."""
+        self.notifier.wake(changes.wake)
+        for reason, n in changes.rescales.items():
+            self.metrics.rescales.labels(reason).inc(n)
+        if changes.stale:
+            self.on_stale()
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of a bearer token, or None (tokens are immutable, so cached)."""
+        digest = hash_token(token)
+        if digest in self._tokens:
+            return self._tokens[digest]
+        with self.db.read() as session:
+            row = session.scalar(select(Token).where(Token.token_sha256 == digest))
+        if row is None:
+            return None
+        principal = self._tokens[digest] = Principal(row.id, row.name, row.role)
+        return principal
+
+    def bootstrap(self) -> None:
+        """Load the scalability table from its CSV when none is stored; store a bootstrap token."""
+        with self.db.write() as session:
+            if session.get(Config, "scalability") is None:
+                source = self.settings.scalability_source()
+                if source is not None:
+                    text = Path(source).read_text()
+                    ScalabilityTable.from_csv(text)
+                    session.add(
+                        Config(key="scalability", value={"csv": text, "source": str(source)})
+                    )
+            secret = self.settings.bootstrap_admin_token
+            if secret is not None:
+                digest = hash_token(secret.get_secret_value())
+                if session.scalar(select(Token).where(Token.token_sha256 == digest)) is None:
+                    session.add(Token(name="bootstrap", role="admin", token_sha256=digest))
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def node_events(self, body: schemas.NodeEventsCreate) -> schemas.NodeEventsResult:
+        """Apply a batch of scheduler events in order (see :func:`state.apply_node_event`)."""
+        changes = Changes()
+        with self.db.write() as session:
+            records = [
+                state.apply_node_event(
+                    session, e.event_id, e.node, e.state, e.at, e.grace_s, changes
+                )
+                for e in body.events
+            ]
+            data = [
+                schemas.NodeEventResult(
+                    event_id=r.event_id,
+                    node=r.node,
+                    state=r.state,  # type: ignore[arg-type]
+                    reclaimed_job_id=None
+                    if r.reclaimed_job_id is None
+                    else f"j-{r.reclaimed_job_id}",
+                )
+                for r in records
+            ]
+        self.after_commit(changes)
+        return schemas.NodeEventsResult(data=data, count=len(data))
+
+    def list_nodes(self) -> schemas.NodesPublic:
+        """Every node with its state, agent and holder, by name."""
+        with self.db.read() as session:
+            rows = session.execute(
+                select(Node, Agent).outerjoin(Agent, Agent.node == Node.name).order_by(Node.name)
+            )
+            data = [
+                schemas.NodePublic(
+                    name=n.name,
+                    state=n.state,  # type: ignore[arg-type]
+                    since=n.since,
+                    allocatable=n.state == "idle" and a is not None and a.state == "alive",
+                    agent=None
+                    if a is None
+                    else schemas.NodeAgentBrief(agent_id=a.agent_id, state=a.state),  # type: ignore[arg-type]
+                    holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",
+                )
+                for n, a in rows
+            ]
+        return schemas.NodesPublic(data=data, count=len(data))
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def scalability(self, session: Session) -> ScalabilityTable | None:
+        """The stored scalability table, or None."""
+        row = session.get(Config, "scalability")
+        return None if row is None else _parse_table(row.value["csv"])
+
+    def create_job(self, who: Principal, body: schemas.JobCreate) -> schemas.JobPublic:
+        """Admit a job (queued until the next solve gives it nodes).
+
+        Raises:
+            Conflict: no scalability table, the model is not in it, ``dp`` on a model without
+                depth 0, or ``min_nodes`` above the largest measured count.
+        """
+        changes = Changes(stale=True)
+        with self.db.write() as session:
+            table = self.scalability(session)
+            if table is None:
+                raise Conflict("no scalability table is loaded; an admin must PUT /v1/scalability")
+            if body.model not in table.models:
+                raise Conflict(
+                    f"model {body.model!r} is not in the scalability table "
+                    f"(models: {', '.join(sorted(table.models))})"
+                )
+            depths = (0,) if body.parallelism == "dp" else table.depths(body.model)
+            if 0 not in table.depths(body.model) and body.parallelism == "dp":
+                raise Conflict(f"model {body.model!r} has no spb_depth 0 row; dp needs one")
+            largest = max(table.max_nodes(body.model, d) for d in depths)
+            if body.min_nodes > largest:
+                raise Conflict(
+                    f"min_nodes {body.min_nodes} is above the largest measured node count "
+                    f"{largest} of model {body.model!r}"
+                )
+            job = Job(
+                owner_token_id=who.token_id,
+                state="queued",
+                model=body.model,
+                min_nodes=body.min_nodes,
+                max_nodes=body.max_nodes,
+                total_samples=body.total_samples,
+                samples_done=0.0,
+                priority=body.priority,
+                parallelism=body.parallelism,
+                batch_size=body.batch_size,
+                rescale_up_s=body.rescale_up_s,
+                rescale_down_s=body.rescale_down_s,
+                entrypoint=body.entrypoint,
+                command=body.command,
+                checkpoint_dir="",
+                spb_depth=min(depths),
+                generation=0,
+                failed_commands=0,
+            )
+            session.add(job)
+            session.flush()
+            job.checkpoint_dir = str(self.settings.checkpoint_root.resolve() / job.job_id)
+            public = _job_public(session, job)
+        self.after_commit(changes)
+        return public
+
+    def _visible_job(self, session: Session, who: Principal, job_id: str) -> Job:
+        number = parse_id(job_id, "j")
+        job = None if number is None else session.get(Job, number)
+        if job is None or (who.role != "admin" and job.owner_token_id != who.token_id):
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    def list_jobs(
+        self, who: Principal, job_state: str | None, limit: int, offset: int
+    ) -> schemas.JobsPublic:
+        """Jobs the caller may see (its own; all for admin), newest first."""
+        with self.db.read() as session:
+            query = select(Job)
+            if who.role != "admin":
+                query = query.where(Job.owner_token_id == who.token_id)
+            if job_state is not None:
+                query = query.where(Job.state == job_state)
+            count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+            jobs = session.scalars(query.order_by(Job.id.desc()).limit(limit).offset(offset))
+            data = [_job_public(session, j) for j in jobs]
+        return schemas.JobsPublic(data=data, count=count)
+
+    def get_job(self, who: Principal, job_id: str) -> schemas.JobPublic:
+        """One job. Raises NotFound for an unknown or someone else's job."""
+        with self.db.read() as session:
+            return _job_public(session, self._visible_job(session, who, job_id))
+
+    def cancel_job(self, who: Principal, job_id: str) -> schemas.JobPublic:
+        """Cancel a queued or running job; its nodes get ``stop`` and are re-allocated.
+
+        Raises:
+            NotFound: unknown or someone else's job.
+            Conflict: the job already ended.
+        """
+        changes = Changes()
+        with self.db.write() as session:
+            job = self._visible_job(session, who, job_id)
+            if job.state not in ACTIVE_JOB_STATES:
+                raise Conflict(
+                    f"job {job_id} is {job.state}; only a queued or running job can be cancelled"
+                )
+            state.end_job(session, job, "cancelled", changes=changes)
+            public = _job_public(session, job)
+        self.after_commit(changes)
+        return public
+
+    # --- agents --------------------------------------------------------------------------
+
+    def register_agent(self, body: schemas.AgentCreate) -> tuple[schemas.AgentRegistered, bool]:
+        """Register (or re-register, same id) the agent of ``body.node``.
+
+        Returns:
+            The answer and whether the agent is new.
+        """
+        changes = Changes()
+        with self.db.write() as session:
+            agent = session.scalar(select(Agent).where(Agent.node == body.node))
+            created = agent is None
+            if agent is None:
+                agent = Agent(node=body.node, host=body.host, ports=[], devices=[], state="alive")
+                session.add(agent)
+            was_alive = agent.state == "alive" and not created
+            agent.host, agent.ports, agent.devices = body.host, body.ports, body.devices
+            agent.state = "alive"
+            agent.last_heartbeat_at = utcnow()
+            node = session.get(Node, body.node)
+            if node is None:
+                node = Node(
+                    name=body.node, state="idle" if body.report_idle else "busy", since=utcnow()
+                )
+                session.add(node)
+            elif body.report_idle and node.state != "idle":
+                node.state, node.since = "idle", utcnow()
+                changes.stale = True
+            session.flush()
+            changes.stale = changes.stale or (not was_alive and node.state == "idle")
+            answer = schemas.AgentRegistered(
+                agent_id=agent.agent_id,
+                node=agent.node,
+                state="alive",
+                heartbeat_interval_s=self.settings.heartbeat_interval_s,
+            )
+            agent_id = agent.id
+        with self._lease_lock:
+            self._leases[agent_id] = time.monotonic()
+        self.after_commit(changes)
+        return answer, created
+
+    def _agent(self, session: Session, agent_id: str) -> Agent:
+        number = parse_id(agent_id, "a")
+        agent = None if number is None else session.get(Agent, number)
+        if agent is None:
+            raise NotFound(f"agent {agent_id} not found; register again")
+        return agent
+
+    def known_agent(self, agent_id: str) -> int:
+        """The numeric id of an existing agent. Raises NotFound."""
+        number = parse_id(agent_id, "a")
+        if number is not None and number in self._leases:
+            return number
+        with self.db.read() as session:
+            return self._agent(session, agent_id).id
+
+    def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
+        """Renew the agent's lease, keep its report, record its job's progress.
+
+        A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only a revival
+        or new progress writes to the database; the lease itself lives in memory and is
+        flushed by :meth:`sweep`.
+        """
+        number = parse_id(agent_id, "a")
+        job_number = None if body.job_id is None else parse_id(body.job_id, "j")
+        with self._lease_lock:
+            alive = number is not None and number in self._leases
+            if alive:
+                self._leases[number] = time.monotonic()  # type: ignore[index]
+                self._reports[number] = body.model_dump()  # type: ignore[index]
+        if alive and (job_number is None or body.samples_done is None):
+            return schemas.HeartbeatAnswer(agent_id=agent_id, state="alive")
+        changes = Changes()
+        with self.db.write() as session:
+            agent = self._agent(session, agent_id)
+            if agent.state != "alive":
+                agent.state = "alive"
+                node = session.get(Node, agent.node)
+                changes.stale = node is not None and node.state == "idle"
+            agent.last_heartbeat_at = utcnow()
+            agent.report = body.model_dump()
+            if job_number is not None and body.samples_done is not None:
+                state.record_progress(session, job_number, body.samples_done, changes)
+            number = agent.id
+        with self._lease_lock:
+            self._leases[number] = time.monotonic()
+        self.after_commit(changes)
+        return schemas.HeartbeatAnswer(agent_id=agent_id, state="alive")
+
+    def leave_agent(self, agent_id: str) -> None:
+        """The agent leaves: its node is released at once (idempotent). Raises NotFound."""
+        changes = Changes()
+        with self.db.write() as session:
+            agent = self._agent(session, agent_id)
+            state.agent_gone(session, agent, "left", changes)
+            number = agent.id
+        with self._lease_lock:
+            self._leases.pop(number, None)
+            self._reports.pop(number, None)
+        self.after_commit(changes)
+
+    def list_agents(self) -> schemas.AgentsPublic:
+        """Every agent, by id."""
+        with self.db.read() as session:
+            data = [
+                schemas.AgentPublic(
+                    agent_id=a.agent_id,
+                    node=a.node,
+                    host=a.host,
+                    ports=a.ports,
+                    devices=a.devices,
+                    state=a.state,  # type: ignore[arg-type]
+                    registered_at=a.registered_at,
+                    last_heartbeat_at=a.last_heartbeat_at,
+                    report=self._reports.get(a.id, a.report),
+                )
+                for a in session.scalars(select(Agent).order_by(Agent.id))
+            ]
+        return schemas.AgentsPublic(data=data, count=len(data))
+
+    def sweep(self) -> None:
+        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost; flush leases.
+
+        A lease starts no earlier than this process did, so a restart does not lose agents.
+        """
+        limit_s = self.settings.missed_heartbeats_lost * self.settings.heartbeat_interval_s
+        now = time.monotonic()
+        with self._lease_lock:
+            leases = dict(self._leases)
+            reports = dict(self._reports)
+        changes = Changes()
+        with self.db.write() as session:
+            for agent in session.scalars(select(Agent).where(Agent.state == "alive")):
+                seen = leases.get(agent.id, self._started)
+                if now - seen > limit_s:
+                    log.info("agent %s on %s lost", agent.agent_id, agent.node)
+                    state.agent_gone(session, agent, "lost", changes)
+                    with self._lease_lock:
+                        self._leases.pop(agent.id, None)
+                elif agent.id in leases:
+                    agent.last_heartbeat_at = utcnow() - timedelta(seconds=now - seen)
+                    if agent.id in reports:
+                        agent.report = reports[agent.id]
+        self.after_commit(changes)
+
+    def commands(self, agent_id: int) -> schemas.CommandsPublic:
+        """The agent's pending commands, oldest first."""
+        with self.db.read() as session:
+            data = [_command_public(c, j) for c, j in state.pending_commands(session, agent_id)]
+        return schemas.CommandsPublic(data=data, count=len(data))
+
+    def ack(
+        self, agent_id: str, command_id: int, body: schemas.CommandAck
+    ) -> schemas.CommandAckAnswer:
+        """Acknowledge a command (idempotent). Raises NotFound."""
+        changes = Changes()
+        with self.db.write() as session:
+            agent = self._agent(session, agent_id)
+            command = state.ack_command(
+                session,
+                agent.id,
+                command_id,
+                body.ok,
+                body.error,
+                self.settings.max_command_failures,
+                changes,
+            )
+            answer = schemas.CommandAckAnswer(
+                command_id=command.id,
+                ok=bool(command.ok),
+                acked_at=command.acked_at,  # type: ignore[arg-type]
+            )
+        self.after_commit(changes)
+        return answer
+
+    # --- objective, scalability, audit ---------------------------------------------------
+
+    def objective(self, session: Session | None = None) -> schemas.ObjectivePublic:
+        """The objective settings (defaults until an admin changes them)."""
+        if session is None:
+            with self.db.read() as own:
+                return self.objective(own)
+        row = session.get(Config, "objective")
+        return schemas.ObjectivePublic(**(DEFAULT_OBJECTIVE | (row.value if row else {})))
+
+    def update_objective(
+        self, who: Principal, body: schemas.ObjectiveUpdate
+    ) -> schemas.ObjectivePublic:
+        """Change the objective; audited with old and new value; marks the allocation stale."""
+        with self.db.write() as session:
+            old = self.objective(session).model_dump()
+            new = old | body.model_dump(exclude_none=True)
+            row = session.get(Config, "objective")
+            if row is None:
+                session.add(Config(key="objective", value=new))
+            else:
+                row.value = new
+            session.add(AuditEntry(actor=who.name, action="objective.update", old=old, new=new))
+        self.after_commit(Changes(stale=True))
+        return schemas.ObjectivePublic(**new)
+
+    def scalability_public(self) -> schemas.ScalabilityPublic:
+        """Summary of the loaded table. Raises NotFound when none is loaded."""
+        with self.db.read() as session:
+            row = session.get(Config, "scalability")
+            if row is None:
+                raise NotFound("no scalability table is loaded")
+            table = _parse_table(row.value["csv"])
+            return schemas.ScalabilityPublic(
+                models=sorted(table.models), rows=len(table.points), source=row.value["source"]
+            )
+
+    def update_scalability(self, who: Principal, text: str) -> schemas.ScalabilityPublic:
+        """Replace the scalability table with CSV ``text``; audited.
+
+        Raises:
+            ValueError: the CSV is malformed (the message names the line).
+            Conflict: an active job's model is missing from the new table.
+        """
+        table = ScalabilityTable.from_csv(text)
+        with self.db.write() as session:
+            active = set(session.scalars(select(Job.model).where(Job.state.in_(ACTIVE_JOB_STATES))))
+            missing = sorted(active - table.models)
+            if missing:
+                raise Conflict(
+                    f"models {', '.join(missing)} of active jobs are missing from the new table"
+                )
+            row = session.get(Config, "scalability")
+            old = None if row is None else _table_summary(row.value)
+            value = {"csv": text, "source": f"PUT /v1/scalability by {who.name}"}
+            if row is None:
+                session.add(Config(key="scalability", value=value))
+            else:
+                row.value = value
+            session.add(
+                AuditEntry(
+                    actor=who.name, action="scalability.update", old=old, new=_table_summary(value)
+                )
+            )
+        self.after_commit(Changes(stale=True))
+        return schemas.ScalabilityPublic(
+            models=sorted(table.models), rows=len(table.points), source=value["source"]
+        )
+
+    def audit(self, limit: int, offset: int) -> schemas.AuditsPublic:
+        """Admin changes, newest first."""
+        with self.db.read() as session:
+            count = session.scalar(select(func.count()).select_from(AuditEntry)) or 0
+            rows = session.scalars(
+                select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit).offset(offset)
+            )
+            data = [
+                schemas.AuditPublic(
+                    id=a.id, at=a.at, actor=a.actor, action=a.action, old=a.old, new=a.new
+                )
+                for a in rows
+            ]
+        return schemas.AuditsPublic(data=data, count=count)
+
+    def refresh_gauges(self) -> None:
+        """Read the gauges' values from the database (at scrape time)."""
+        m = self.metrics
+        with self.db.read() as session:
+            m.idle_nodes.set(session.scalar(select(func.count()).where(Node.state == "idle")) or 0)
+            m.allocatable_nodes.set(len(state.allocatable_nodes(session)))
+            m.allocated_nodes.set(
+                session.scalar(select(func.count()).where(Node.holder_job_id.is_not(None))) or 0
+            )
+            counts = {
+                job_state: n
+                for job_state, n in session.execute(
+                    select(Job.state, func.count()).group_by(Job.state)
+                )
+            }
+            for job_state in ("queued", "running", "finished", "cancelled", "failed"):
+                m.jobs.labels(job_state).set(counts.get(job_state, 0))
+            m.pending_commands.set(state.count_pending_commands(session))
+            m.agents_alive.set(
+                session.scalar(select(func.count()).where(Agent.state == "alive")) or 0
+            )
+
+
+@lru_cache(maxsize=4)
+def _parse_table(text: str) -> ScalabilityTable:
+    return ScalabilityTable.from_csv(text)
+
+
+def _table_summary(value: dict[str, Any]) -> dict[str, Any]:
+    table = _parse_table(value["csv"])
+    return {"source": value["source"], "models": sorted(table.models), "rows": len(table.points)}
+
+
+def _job_public(session: Session, job: Job) -> schemas.JobPublic:
+    nodes = state.held_nodes(session, job.id)
+    rescales = session.scalars(select(Rescale).where(Rescale.job_id == job.id).order_by(Rescale.id))
+    errors = session.execute(
+        select(Command, Agent.node)
+        .join(Agent, Agent.id == Command.agent_id)
+        .where(Command.job_id == job.id, Command.ok.is_(False))
+        .order_by(Command.id)
+    )
+    return schemas.JobPublic(
+        job_id=job.job_id,
+        state=job.state,  # type: ignore[arg-type]
+        model=job.model,
+        min_nodes=job.min_nodes,
+        max_nodes=job.max_nodes,
+        total_samples=job.total_samples,
+        samples_done=job.samples_done,
+        priority=job.priority,
+        parallelism=job.parallelism,  # type: ignore[arg-type]
+        batch_size=job.batch_size,
+        rescale_up_s=job.rescale_up_s,
+        rescale_down_s=job.rescale_down_s,
+        entrypoint=job.entrypoint or DEFAULT_ENTRYPOINT,
+        command=job.command,
+        checkpoint_dir=job.checkpoint_dir,
+        nodes=nodes,
+        world_size=len(nodes),
+        spb_depth=job.spb_depth,
+        generation=job.generation,
+        submitted_at=job.submitted_at,
+        finished_at=job.finished_at,
+        rescales=[
+            schemas.RescalePublic(
+                at=r.at,
+                from_nodes=r.from_nodes,
+                to_nodes=r.to_nodes,
+                from_spb_depth=r.from_spb_depth,
+                to_spb_depth=r.to_spb_depth,
+                reason=r.reason,  # type: ignore[arg-type]
+            )
+            for r in rescales
+        ],
+        errors=[
+            schemas.CommandError(
+                command_id=c.id,
+                kind=c.kind,
+                node=node,
+                error=c.error,
+                at=c.acked_at,  # type: ignore[arg-type]
+            )
+            for c, node in errors
+        ],
+    )
+
+
+def _command_public(command: Command, job: Job) -> schemas.CommandPublic:
+    return schemas.CommandPublic(
+        command_id=command.id,
+        kind=command.kind,  # type: ignore[arg-type]
+        job_id=job.job_id,
+        world_size=command.world_size,
+        rendezvous_endpoint=command.rendezvous_endpoint,
+        rendezvous_id=command.rendezvous_id,
+        spb_depth=command.spb_depth,
+        deadline=command.deadline,
+        created_at=command.created_at,
+        job=schemas.CommandJob(
+            model=job.model,
+            parallelism=job.parallelism,  # type: ignore[arg-type]
+            batch_size=job.batch_size,
+            total_samples=job.total_samples,
+            min_nodes=job.min_nodes,
+            max_nodes=job.max_nodes,
+            entrypoint=job.entrypoint or DEFAULT_ENTRYPOINT,
+            command=job.command,
+            checkpoint_dir=job.checkpoint_dir,
+        ),
+    )

@@ -1,0 +1,104 @@
+"""The service's one configuration object (env prefix ``INTERSTICE_``, optional TOML file).
+
+Precedence, highest first: command-line flags, environment variables
+(``INTERSTICE_DB_URL``, ``INTERSTICE_PORT``, ...), the ``--config`` TOML file (keys are the
+field names below, e.g. ``db_url = "postgresql+psycopg://..."``), the defaults.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from interstice import data
+
+
+class Settings(BaseSettings):
+    """Configuration of ``interstice serve``.
+
+    Attributes:
+        db_url: SQLAlchemy URL; ``sqlite:///./interstice.db`` (WAL mode) or
+            ``postgresql+psycopg://user:pass@host/db``.
+        host: address to listen on.
+        port: TCP port to listen on.
+        debounce_s: events closer than this are coalesced into one solve, seconds.
+        heartbeat_interval_s: agents heartbeat this often, seconds; an agent silent for
+            ``missed_heartbeats_lost`` intervals is lost.
+        missed_heartbeats_lost: missed intervals after which an agent is lost.
+        checkpoint_root: folder under which each job checkpoints (``<root>/<job_id>``).
+        scalability_csv: table loaded at start when the database holds none; default the
+            shared data's ``imagenet-scalability.csv`` when present.
+        max_poll_wait_s: cap on a long-poll's ``wait``, seconds.
+        max_command_failures: failed command acks after which a job is ``failed``.
+        db_wait_s: how long start-up waits for the database, seconds.
+        bootstrap_admin_token: when set, this bearer token is stored as an ``admin`` token at
+            start (for deployments that cannot run ``interstice token create`` first).
+        log_level: uvicorn log level.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
+
+    db_url: str = "sqlite:///./interstice.db"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    debounce_s: float = Field(default=0.5, ge=0)
+    heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    missed_heartbeats_lost: int = Field(default=3, ge=1)
+    checkpoint_root: Path = Path("checkpoints")
+    scalability_csv: Path | None = None
+    max_poll_wait_s: float = Field(default=60.0, ge=0)
+    max_command_failures: int = Field(default=3, ge=1)
+    db_wait_s: float = Field(default=30.0, ge=0)
+    bootstrap_admin_token: SecretStr | None = None
+    log_level: str = "info"
+
+    @field_validator("db_url")
+    @classmethod
+    def _known_dialect(cls, url: str) -> str:
+        if not url.startswith(("sqlite", "postgresql")):
+            raise ValueError("db_url must be a sqlite:/// or postgresql+psycopg:// URL")
+        return url
+
+    def scalability_source(self) -> Path | None:
+        """The CSV to load at start: ``scalability_csv``, else the shared table if present."""
+        if self.scalability_csv is not None:
+            return self.scalability_csv
+        shared = data.data_dir() / data.SCALABILITY_FILE
+        return shared if shared.is_file() else None
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from flags (``overrides``), environment, TOML ``config_file``, defaults.
+
+    Raises:
+        pydantic.ValidationError: a setting has a bad value (the error names it).
+        FileNotFoundError: ``config_file`` does not exist.
+    """
+    if config_file is None:
+        return Settings(**overrides)
+    if not config_file.is_file():
+        raise FileNotFoundError(f"config file {config_file} does not exist")
+
+    class _WithFile(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (
+                init_settings,
+                env_settings,
+                TomlConfigSettingsSource(settings_cls, toml_file=config_file),
+            )
+
+    return Settings.model_validate(_WithFile(**overrides).model_dump())

@@ -1,0 +1,348 @@
+"""State changes of the service, each inside one write transaction.
+
+Functions here take a :class:`~sqlalchemy.orm.Session` opened by
+:meth:`interstice.api.db.Database.write` and record what must follow the commit in a
+:class:`Changes` (agents whose long-polls to wake, whether the allocation is now stale,
+rescales for the metrics). They never call the solver.
+
+The one rule for moving a job from node set S' to S (docs/agent-protocol.md): a new
+generation with rendezvous id ``<job_id>-g<generation>`` and endpoint
+``<host of the agent on min(S)>:<one of its ports, by generation>``; ``start`` to S \\ S',
+``rescale`` to S ∩ S' (world size |S|), ``stop`` to S' \\ S.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from interstice.api.tables import (
+    Agent,
+    Command,
+    IdleInterval,
+    Job,
+    Node,
+    NodeEvent,
+    Rescale,
+    utcnow,
+)
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+ACTIVE_JOB_STATES = ("queued", "running")
+DEFAULT_RENDEZVOUS_PORT = 29400
+"""Port of the rendezvous endpoint when the agent on the first node registered no ports."""
+
+
+class Conflict(Exception):
+    """A request that conflicts with the current state (HTTP 409); the message says why."""
+
+
+class NotFound(Exception):
+    """An unknown id (HTTP 404); the message names it."""
+
+
+@dataclass
+class Changes:
+    """What must happen after the transaction commits.
+
+    Attributes:
+        wake: ids of agents that got new commands.
+        stale: whether the allocation problem changed (a solve must follow).
+        rescales: rescale count by reason.
+    """
+
+    wake: set[int] = field(default_factory=set)
+    stale: bool = False
+    rescales: Counter[str] = field(default_factory=Counter)
+
+
+def parse_id(public_id: str, prefix: str) -> int | None:
+    """``"j-3"`` with prefix ``"j"`` gives 3; anything else gives None."""
+    head, _, number = public_id.partition("-")
+    if head != prefix or not number.isdigit() or len(number) > 15:
+        return None
+    return int(number)
+
+
+def held_nodes(session: Session, job_id: int) -> list[str]:
+    """Names of the nodes ``job_id`` holds, sorted."""
+    return sorted(session.scalars(select(Node.name).where(Node.holder_job_id == job_id)))
+
+
+def allocatable_nodes(session: Session) -> list[str]:
+    """Nodes that are idle and have an alive agent: the pool the optimizer fills, sorted."""
+    rows = session.scalars(
+        select(Node.name)
+        .join(Agent, Agent.node == Node.name)
+        .where(Node.state == "idle", Agent.state == "alive")
+    )
+    return sorted(rows)
+
+
+def move_job(
+    session: Session,
+    job: Job,
+    to_nodes: list[str],
+    to_depth: int,
+    *,
+    reason: str,
+    deadline: datetime,
+    changes: Changes,
+) -> None:
+    """Move ``job`` from the nodes it holds to ``to_nodes`` at SPB depth ``to_depth``.
+
+    Writes the commands (see the module docstring), the node holders, the job's generation,
+    depth and state (``running`` when ``to_nodes`` is not empty, else ``queued`` for an
+    active job) and a rescale record. Nothing happens when neither set nor depth changes.
+    """
+    from_nodes = held_nodes(session, job.id)
+    to_nodes = sorted(to_nodes)
+    if from_nodes == to_nodes and (job.spb_depth == to_depth or not to_nodes):
+        return
+    agents = {
+        a.node: a
+        for a in session.scalars(
+            select(Agent).where(Agent.node.in_(set(from_nodes) | set(to_nodes)))
+        )
+    }
+    job.generation += 1
+    rendezvous_id = f"{job.job_id}-g{job.generation}"
+    endpoint = ""
+    if to_nodes:
+        first = agents.get(to_nodes[0])
+        if first is not None:
+            port = (
+                first.ports[job.generation % len(first.ports)]
+                if first.ports
+                else DEFAULT_RENDEZVOUS_PORT
+            )
+            endpoint = f"{first.host}:{port}"
+    now = utcnow()
+    kept = set(from_nodes) & set(to_nodes)
+    for node in sorted(set(from_nodes) | set(to_nodes)):
+        kind = "rescale" if node in kept else ("start" if node in to_nodes else "stop")
+        agent = agents.get(node)
+        if agent is None:
+            continue
+        session.add(
+            Command(
+                agent_id=agent.id,
+                job_id=job.id,
+                kind=kind,
+                world_size=len(to_nodes),
+                rendezvous_endpoint=endpoint,
+                rendezvous_id=rendezvous_id,
+                spb_depth=to_depth,
+                deadline=deadline,
+                created_at=now,
+            )
+        )
+        changes.wake.add(agent.id)
+    for node in session.scalars(select(Node).where(Node.name.in_(set(from_nodes) | set(to_nodes)))):
+        node.holder_job_id = job.id if node.name in to_nodes else None
+    session.add(
+        Rescale(
+            job_id=job.id,
+            at=now,
+            from_nodes=from_nodes,
+            to_nodes=to_nodes,
+            from_spb_depth=job.spb_depth,
+            to_spb_depth=to_depth,
+            reason=reason,
+        )
+    )
+    job.spb_depth = to_depth
+    if job.state in ACTIVE_JOB_STATES:
+        job.state = "running" if to_nodes else "queued"
+    changes.rescales[reason] += 1
+    changes.stale = True
+
+
+def release_node(
+    session: Session,
+    node: Node,
+    *,
+    reason: str,
+    deadline: datetime,
+    changes: Changes,
+) -> int | None:
+    """Take ``node`` from the job holding it, at once (a reclaim; the solver is not waited for).
+
+    The node's agent gets ``stop``; the job's other nodes get ``rescale`` at the reduced world
+    size, or ``stop`` when fewer than ``min_nodes`` would remain.
+
+    Returns:
+        The id of the job that held the node, or None.
+    """
+    if node.holder_job_id is None:
+        return None
+    job = session.get_one(Job, node.holder_job_id)
+    remaining = [n for n in held_nodes(session, job.id) if n != node.name]
+    if len(remaining) < job.min_nodes:
+        remaining = []
+    move_job(
+        session, job, remaining, job.spb_depth, reason=reason, deadline=deadline, changes=changes
+    )
+    return job.id
+
+
+def apply_node_event(
+    session: Session,
+    event_id: str,
+    node_name: str,
+    state: str,
+    at: datetime,
+    grace_s: float,
+    changes: Changes,
+) -> NodeEvent:
+    """Apply one scheduler event; a repeated ``event_id`` returns the stored one unchanged.
+
+    ``busy`` on a held node is a reclaim (:func:`release_node`, deadline ``at + grace_s``).
+    An idle interval that ends is recorded for the ``auto`` forecast horizon.
+
+    Raises:
+        Conflict: ``event_id`` was already used for a different event.
+    """
+    seen = session.get(NodeEvent, event_id)
+    if seen is not None:
+        if (seen.node, seen.state, seen.at, seen.grace_s) != (node_name, state, at, grace_s):
+            raise Conflict(f"event_id {event_id!r} was already used for a different event")
+        return seen
+    node = session.get(Node, node_name)
+    reclaimed = None
+    if node is None:
+        node = Node(name=node_name, state=state, since=at)
+        session.add(node)
+        changes.stale = changes.stale or state == "idle"
+    elif node.state != state:
+        if state == "busy":
+            session.add(
+                IdleInterval(
+                    node=node_name,
+                    started_at=node.since,
+                    length_s=max(0.0, (at - node.since).total_seconds()),
+                )
+            )
+            reclaimed = release_node(
+                session,
+                node,
+                reason="reclaim",
+                deadline=at + timedelta(seconds=grace_s),
+                changes=changes,
+            )
+        node.state = state
+        node.since = at
+        changes.stale = True
+    record = NodeEvent(
+        event_id=event_id,
+        node=node_name,
+        state=state,
+        at=at,
+        grace_s=grace_s,
+        reclaimed_job_id=reclaimed,
+    )
+    session.add(record)
+    session.flush()
+    return record
+
+
+def end_job(session: Session, job: Job, state: str, *, changes: Changes) -> None:
+    """Finish, cancel or fail ``job``: stop commands to all its nodes, which are freed.
+
+    Raises:
+        Conflict: the job is not queued or running.
+    """
+    if job.state not in ACTIVE_JOB_STATES:
+        raise Conflict(f"job {job.job_id} is {job.state}; only a queued or running job can end")
+    job.state = state
+    job.finished_at = utcnow()
+    reason = {"finished": "finished", "cancelled": "cancelled", "failed": "failed"}[state]
+    move_job(
+        session,
+        job,
+        [],
+        job.spb_depth,
+        reason=reason,
+        deadline=utcnow() + timedelta(seconds=job.rescale_down_s),
+        changes=changes,
+    )
+    changes.stale = True
+
+
+def record_progress(session: Session, job_id: int, samples_done: float, changes: Changes) -> None:
+    """Keep the job's maximum ``samples_done``; at ``total_samples`` it finishes."""
+    job = session.get(Job, job_id)
+    if job is None or job.state not in ACTIVE_JOB_STATES or samples_done <= job.samples_done:
+        return
+    job.samples_done = samples_done
+    if samples_done >= job.total_samples:
+        end_job(session, job, "finished", changes=changes)
+
+
+def agent_gone(session: Session, agent: Agent, state: str, changes: Changes) -> None:
+    """Mark ``agent`` ``lost`` or ``left``; its node leaves the pool and its job is rescaled."""
+    if agent.state == state:
+        return
+    was_alive = agent.state == "alive"
+    agent.state = state
+    node = session.get(Node, agent.node)
+    if node is not None:
+        release_node(
+            session,
+            node,
+            reason="agent_lost" if state == "lost" else "agent_left",
+            deadline=utcnow(),
+            changes=changes,
+        )
+        changes.stale = changes.stale or (was_alive and node.state == "idle")
+
+
+def pending_commands(session: Session, agent_id: int) -> list[tuple[Command, Job]]:
+    """The agent's unacknowledged commands with their jobs, oldest first."""
+    rows = session.execute(
+        select(Command, Job)
+        .join(Job, Job.id == Command.job_id)
+        .where(Command.agent_id == agent_id, Command.acked_at.is_(None))
+        .order_by(Command.id)
+    )
+    return [(c, j) for c, j in rows]
+
+
+def count_pending_commands(session: Session) -> int:
+    """Unacknowledged commands over all agents."""
+    return session.scalar(select(func.count()).where(Command.acked_at.is_(None))) or 0
+
+
+def ack_command(
+    session: Session,
+    agent_id: int,
+    command_id: int,
+    ok: bool,
+    error: str | None,
+    max_failures: int,
+    changes: Changes,
+) -> Command:
+    """Acknowledge a command (idempotent: a second ack returns the first one's record).
+
+    A failed ack is recorded on the command and counted on the job; a job whose commands
+    failed ``max_failures`` times is ``failed`` and its nodes are freed.
+
+    Raises:
+        NotFound: no such command for this agent.
+    """
+    command = session.get(Command, command_id)
+    if command is None or command.agent_id != agent_id:
+        raise NotFound(f"command {command_id} of agent a-{agent_id} not found")
+    if command.acked_at is not None:
+        return command
+    command.acked_at = utcnow()
+    command.ok = ok
+    command.error = None if ok else (error or "no error message")
+    if not ok:
+        job = session.get_one(Job, command.job_id)
+        job.failed_commands += 1
+        if job.failed_commands >= max_failures and job.state in ACTIVE_JOB_STATES:
+            end_job(session, job, "failed", changes=changes)
+    return command

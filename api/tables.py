@@ -1,0 +1,212 @@
+"""SQLAlchemy tables of the service's durable state.
+
+Every timestamp is stored as naive UTC and read back as an aware UTC ``datetime``
+(:class:`UTCDateTime`), so SQLite and PostgreSQL behave alike.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime stored as naive UTC on every backend."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    """Now, aware UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base; Alembic reads its metadata."""
+
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Token(Base):
+    """A bearer token: only its sha256 hash is stored."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    """An elastic training job; ``id`` shows as ``j-<id>``."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner_token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    model: Mapped[str] = mapped_column(String(200))
+    min_nodes: Mapped[int]
+    max_nodes: Mapped[int]
+    total_samples: Mapped[float] = mapped_column(Float)
+    samples_done: Mapped[float] = mapped_column(Float, default=0.0)
+    priority: Mapped[float] = mapped_column(Float)
+    parallelism: Mapped[str] = mapped_column(String(20))
+    batch_size: Mapped[int]
+    rescale_up_s: Mapped[float] = mapped_column(Float)
+    rescale_down_s: Mapped[float] = mapped_column(Float)
+    entrypoint: Mapped[str | None] = mapped_column(String(500))
+    command: Mapped[list[Any] | None]
+    checkpoint_dir: Mapped[str] = mapped_column(Text)
+    spb_depth: Mapped[int] = mapped_column(default=0)
+    generation: Mapped[int] = mapped_column(default=0)
+    failed_commands: Mapped[int] = mapped_column(default=0)
+    submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    @property
+    def job_id(self) -> str:
+        """Public id, ``j-<id>``."""
+        return f"j-{self.id}"
+
+
+class Node(Base):
+    """A compute node as the scheduler reports it; ``holder_job_id`` is the job using it."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(10))
+    since: Mapped[datetime]
+    holder_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+
+
+class IdleInterval(Base):
+    """A finished idle interval of a node (idle event to busy event), for the auto horizon."""
+
+    __tablename__ = "idle_intervals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[datetime]
+    length_s: Mapped[float] = mapped_column(Float)
+
+
+class NodeEvent(Base):
+    """A scheduler node event, kept so a retried ``event_id`` changes nothing."""
+
+    __tablename__ = "node_events"
+
+    event_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(10))
+    at: Mapped[datetime]
+    grace_s: Mapped[float] = mapped_column(Float)
+    reclaimed_job_id: Mapped[int | None]
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Agent(Base):
+    """A node agent; ``id`` shows as ``a-<id>``. One agent per node."""
+
+    __tablename__ = "agents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), unique=True)
+    host: Mapped[str] = mapped_column(String(200))
+    ports: Mapped[list[Any]]
+    devices: Mapped[list[Any]]
+    state: Mapped[str] = mapped_column(String(10), index=True)
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat_at: Mapped[datetime | None]
+    report: Mapped[dict[str, Any] | None]
+
+    @property
+    def agent_id(self) -> str:
+        """Public id, ``a-<id>``."""
+        return f"a-{self.id}"
+
+
+class Command(Base):
+    """A command to one agent; pending until acknowledged."""
+
+    __tablename__ = "commands"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    world_size: Mapped[int]
+    rendezvous_endpoint: Mapped[str] = mapped_column(String(300))
+    rendezvous_id: Mapped[str] = mapped_column(String(100))
+    spb_depth: Mapped[int]
+    deadline: Mapped[datetime]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    acked_at: Mapped[datetime | None] = mapped_column(index=True)
+    ok: Mapped[bool | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Rescale(Base):
+    """One change of a job's node set or SPB depth."""
+
+    __tablename__ = "rescales"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    from_nodes: Mapped[list[Any]]
+    to_nodes: Mapped[list[Any]]
+    from_spb_depth: Mapped[int]
+    to_spb_depth: Mapped[int]
+    reason: Mapped[str] = mapped_column(String(20))
+
+
+class AllocationRecord(Base):
+    """One applied solve of the control loop."""
+
+    __tablename__ = "allocations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    status: Mapped[str] = mapped_column(String(20))
+    backend: Mapped[str] = mapped_column(String(20))
+    objective: Mapped[float] = mapped_column(Float)
+    solve_time_s: Mapped[float] = mapped_column(Float)
+    horizon_s: Mapped[float] = mapped_column(Float)
+    jobs: Mapped[list[Any]]
+
+
+class Config(Base):
+    """Admin-set values by key: ``objective`` (JSON) and ``scalability`` (CSV text)."""
+
+    __tablename__ = "config"
+
+    key: Mapped[str] = mapped_column(String(50), primary_key=True)
+    value: Mapped[dict[str, Any]]
+
+
+class AuditEntry(Base):
+    """An admin change: who, when, old and new value."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(50))
+    old: Mapped[dict[str, Any] | None]
+    new: Mapped[dict[str, Any]]

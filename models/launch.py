@@ -1,0 +1,100 @@
+"""Run a function in W processes on this machine, one torch.distributed rank each.
+
+The profiler, the benchmarks and the tests simulate a job of W nodes with W local processes.
+Processes come from ``torch.multiprocessing.start_processes`` (spawn); the rendezvous is
+torch.distributed's TCP store on a free local port. Each rank's return value is serialised
+with ``torch.save`` and sent back through a multiprocessing queue.
+"""
+
+import io
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    port: int,
+    backend: str,
+    threads: int,
+    timeout_s: float,
+    results: Any,
+    args: tuple,
+) -> None:
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    try:
+        value = fn(rank, world_size, *args)
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        results.put((rank, buffer.getvalue()))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_group(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    *,
+    backend: str = "gloo",
+    threads_per_rank: int = 1,
+    timeout_s: float = 300.0,
+) -> list[Any]:
+    """Call ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes.
+
+    Args:
+        fn: a module-level function (it is pickled by name); the process group is initialised
+            before it runs and destroyed after.
+        world_size: processes, W >= 1.
+        args: further picklable arguments.
+        backend: ``gloo`` (CPU) or ``nccl`` (one GPU per rank).
+        threads_per_rank: torch intra-op threads per process.
+        timeout_s: torch.distributed collective timeout, seconds.
+
+    Returns:
+        Each rank's return value, rank order.
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: a rank raised (its traceback included).
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    context = mp.start_processes(
+        _entry,
+        args=(fn, world_size, free_port(), backend, threads_per_rank, timeout_s, results, args),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
+    values: dict[int, Any] = {}
+    finished = False
+    while not finished:
+        # Drain while waiting: a large result would otherwise block its sender on a full pipe.
+        finished = context.join(timeout=0.1)
+        while not results.empty():
+            rank, payload = results.get()
+            values[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+    return [values[r] for r in range(world_size)]

@@ -1,0 +1,93 @@
+"""The CP-SAT backend (OR-Tools) of the allocation MILP.
+
+Builds :mod:`interstice.optimizer.formulation` with integer coefficients: CP-SAT needs
+integers, so every v_j(n, d) is multiplied by ``SCALE_TOP / max |v|`` and rounded; the
+answer is optimal for the scaled objective, within jobs * max |v| / SCALE_TOP of the true
+optimum (its objective is recomputed from the unscaled values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from interstice.optimizer.answer import BackendAnswer
+from interstice.optimizer.formulation import Options
+from ortools.sat.python import cp_model
+
+SCALE_TOP = 1e9
+"""The largest |coefficient| after scaling."""
+
+SEARCH_PARAMETERS = {
+    "num_workers": 1,
+    "cp_model_presolve": False,
+    "symmetry_level": 0,
+    "cp_model_probing_level": 0,
+    "use_sat_inprocessing": False,
+    "log_search_progress": False,
+}
+"""One sequential worker (two were slower on 2 cores); presolve, symmetry detection,
+probing and SAT inprocessing off: on this already-reduced multiple-choice knapsack they only
+cost time. Median CP-SAT CPU time 8.0 -> 3.2 ms (10 jobs x 128 nodes) and 77 -> 36 ms
+(200 jobs x 10,000 nodes x 4 depths), same optima (bench instances)."""
+
+
+def build(options: Options, capacity: int) -> cp_model.CpModel:
+    """The formulation as a CP-SAT model with integer-scaled objective coefficients.
+
+    Written straight into the model's proto with list extends: the Python expression API
+    (``maximize(weighted_sum(...))``) took ~6x longer on 200 jobs x 10,000 nodes.
+
+    Args:
+        options: the scored options.
+        capacity: number of idle nodes N.
+
+    Returns:
+        The model; its variable i is the binary z of option i (named ``z_{j}_{n}_{d}``).
+    """
+    model = cp_model.CpModel()
+    proto = model.proto
+    for name in options.names():
+        z = proto.variables.add()
+        z.name = name
+        z.domain.extend((0, 1))
+    starts = options.start.tolist()
+    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        proto.constraints.add().exactly_one.literals.extend(range(lo, hi))  # (1)
+    used = proto.constraints.add().linear  # (2)
+    used.vars.extend(range(len(options.count)))
+    used.coeffs.extend(options.count.tolist())
+    used.domain.extend((0, capacity))
+    top = float(np.abs(options.value).max()) if len(options.value) else 0.0
+    scale = SCALE_TOP / top if top > 0 else 1.0
+    # CP-SAT minimizes: maximize sum(c z) as minimize sum(-c z), reported times -1.
+    proto.objective.vars.extend(range(len(options.value)))
+    proto.objective.coeffs.extend((-np.rint(options.value * scale)).astype(np.int64).tolist())
+    proto.objective.scaling_factor = -1.0
+    return model
+
+
+def run(model: cp_model.CpModel, time_limit_s: float) -> BackendAnswer:
+    """Solve ``model`` within ``time_limit_s`` seconds, log off.
+
+    Returns:
+        The binaries' values; status ``optimal`` if CP-SAT proved it (for the scaled
+        objective), ``feasible`` for an incumbent at the time limit, ``None`` with none.
+    """
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    for name, value in SEARCH_PARAMETERS.items():
+        setattr(solver.parameters, name, value)
+    code = solver.solve(model)
+    termination = solver.status_name(code)
+    if code == cp_model.OPTIMAL:
+        status = "optimal"
+    elif code == cp_model.FEASIBLE:
+        status = "feasible"
+    else:
+        return BackendAnswer(values=None, status=None, termination=termination)
+    values = np.array(solver.response_proto.solution, dtype=float)
+    return BackendAnswer(values=values, status=status, termination=termination)
+
+
+def solve(options: Options, capacity: int, time_limit_s: float) -> BackendAnswer:
+    """Build and solve the formulation with CP-SAT."""
+    return run(build(options, capacity), time_limit_s)

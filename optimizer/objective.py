@@ -1,0 +1,111 @@
+"""The objective's value of a job's options: (node count, SPB depth) pairs.
+
+This is the one coefficient computation of the optimizer: the MILP backends, the greedy
+policy and :meth:`Problem.evaluate` all score options here, so they cannot disagree on the
+objective. The terms are eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`. A job's
+whole grid of options (depths x counts) is scored at once with numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from interstice.optimizer.problem import Job, ScalabilityTable, Weights
+
+
+@dataclass(frozen=True, slots=True)
+class OptionScores:
+    """What one job earns over the forecast horizon with each (depth, count) option.
+
+    Arrays have shape (D, k): one row per depth, one column per count.
+
+    Attributes:
+        samples_per_s: expected throughput, samples/s.
+        goodput: expected full-backprop progress over the horizon, samples, capped at the
+            job's ``samples_remaining``.
+        rescaled: whether the option changes the job's count or depth.
+        value: the job's term in the objective, weighted samples; ``-inf`` where the count
+            is above the depth's largest measured count (inadmissible).
+    """
+
+    samples_per_s: np.ndarray
+    goodput: np.ndarray
+    rescaled: np.ndarray
+    value: np.ndarray
+
+
+def one_node_rate(job: Job, table: ScalabilityTable) -> float:
+    """The job's one-node samples/s at its model's smallest measured depth (0 normally).
+
+    The unit of the fairness, churn and speedup terms (BFTrainer's speedup objective, arXiv
+    2106.12091 Sec. 3.3, divides by this rate). Floored at 1e-9 so a zero row cannot divide
+    by zero.
+    """
+    depth = table.depths(job.model)[0]
+    return max(table.samples_per_s(job.model, 1, depth), 1e-9)
+
+
+def score_options(
+    job: Job,
+    counts: np.ndarray,
+    spb_depths: Sequence[int],
+    table: ScalabilityTable,
+    weights: Weights,
+    horizon_s: float,
+) -> OptionScores:
+    """Score ``job`` on each of ``counts`` nodes at each of ``spb_depths`` over ``horizon_s``.
+
+    Eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`.
+
+    Args:
+        job: the job.
+        counts: node counts, int array of shape (k,), each >= 0.
+        spb_depths: D SPB depths, each measured for the job's model.
+        table: the scalability table.
+        weights: the objective weights.
+        horizon_s: forecast horizon H, seconds.
+
+    Returns:
+        Arrays of shape (D, k): throughput, goodput, rescale flag and objective term.
+
+    Raises:
+        KeyError: the model or a depth is not in the table.
+    """
+    held = len(job.nodes)
+    depths = np.array(spb_depths)[:, None]  # (D, 1)
+    rate = np.zeros((len(depths), len(counts)))
+    measured = np.zeros(rate.shape, dtype=bool)
+    progress = np.empty((len(depths), 1))
+    for i, d in enumerate(spb_depths):
+        top = table.max_nodes(job.model, d)
+        measured[i] = counts <= top
+        rate[i, measured[i]] = table.samples_per_s_array(job.model, counts[measured[i]], d)
+        progress[i] = table.progress_per_sample(job.model, d)
+    depth_changed = depths != job.spb_depth
+    # (b): growing (a start included) costs rescale_up_s; shrinking, or a depth change at the
+    # same count, costs rescale_down_s; stopping costs nothing (it has no progress anyway).
+    cost_s = np.where(
+        counts > held,
+        job.rescale_up_s,
+        np.where((counts < held) | depth_changed, job.rescale_down_s, 0.0),
+    )
+    cost_s[:, counts == 0] = 0.0
+    goodput = np.minimum(
+        rate * progress * np.maximum(0.0, horizon_s - cost_s), job.samples_remaining
+    )
+    rescaled = (counts != held) | ((counts > 0) & depth_changed)  # (e)
+    one_node = one_node_rate(job, table)
+    unit = one_node * horizon_s  # samples one node earns over H
+    fairness = unit * np.log2(1.0 + counts)  # (d)
+    term = weights.throughput * goodput + weights.fairness * fairness  # (a), (d)
+    term = term - np.where(rescaled, weights.churn * unit, 0.0)  # (e)
+    scale = job.priority**weights.priority  # (c)
+    if weights.speedup:
+        scale /= one_node  # (f)
+    value = np.where(measured, scale * term, -np.inf)
+    return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)

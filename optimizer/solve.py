@@ -1,0 +1,91 @@
+"""``solve``: the allocation MILP on a chosen backend, with the greedy policy as fallback."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Literal
+
+import numpy as np
+from interstice.optimizer.formulation import Options, build_options
+from interstice.optimizer.placement import make_allocation
+from interstice.optimizer.policies import greedy_choice
+from interstice.optimizer.problem import Allocation, Problem
+
+Backend = Literal["cbc", "cpsat"]
+BACKENDS: tuple[Backend, ...] = ("cbc", "cpsat")
+
+
+def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
+    """Round a solver's binaries: the index of each job's chosen option, shape (jobs,).
+
+    The one place binaries are rounded: z > 0.5 is chosen. Constraint (1) makes exactly
+    one per job.
+
+    Raises:
+        ValueError: a job has not exactly one chosen option (a solver bug).
+    """
+    on = values > 0.5
+    per_job = np.add.reduceat(on, options.start[:-1]) if len(on) else np.zeros(0)
+    if np.any(per_job != 1):
+        raise ValueError("solver answer violates constraint (1): not one option per job")
+    return np.flatnonzero(on)
+
+
+def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
+    """Allocate the idle nodes by solving the formulation (:mod:`.formulation`).
+
+    With no jobs or no idle nodes the answer is trivial and no solver runs (status
+    ``optimal``, termination ``trivial``). When the time limit ends without a proof, the
+    solver's best incumbent is returned (``feasible``); with no incumbent, the greedy
+    marginal-gain allocation (``fallback``, backend ``greedy``). Never an empty answer.
+
+    Args:
+        problem: the instance; ``problem.time_limit_s`` bounds the solver.
+        backend: ``cbc`` (PuLP's CBC) or ``cpsat`` (OR-Tools CP-SAT).
+
+    Returns:
+        One JobAllocation per job, in the problem's order; the solver's termination
+        reason in ``termination``; ``solve_time_s`` includes model building.
+
+    Raises:
+        ValueError: unknown backend.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    started_s = time.perf_counter()
+    options = build_options(problem)
+    capacity = len(problem.idle_nodes)
+    if len(options.count) == len(problem.jobs):  # only zero options: nothing to decide
+        chosen = options.start[:-1]
+        return make_allocation(
+            problem,
+            options,
+            chosen,
+            status="optimal",
+            backend=backend,
+            termination="trivial",
+            started_s=started_s,
+        )
+    module = importlib.import_module(f"interstice.optimizer.{backend}")
+    remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
+    answer = module.solve(options, capacity, remaining_s)
+    if answer.values is None:
+        return make_allocation(
+            problem,
+            options,
+            greedy_choice(options, capacity),
+            status="fallback",
+            backend="greedy",
+            termination=answer.termination,
+            started_s=started_s,
+        )
+    return make_allocation(
+        problem,
+        options,
+        chosen_options(options, answer.values),
+        status=answer.status,
+        backend=backend,
+        termination=answer.termination,
+        started_s=started_s,
+    )

@@ -1,0 +1,492 @@
+"""The replay's event loop: elastic jobs on a node-state trace, one policy, exact accounting.
+
+Simulated time starts at the window's start (t = 0 s) and jumps from event to event. Events:
+
+- a *trace event*: every node change at one timestamp. A node that becomes busy while a job
+  holds it is *reclaimed*: it leaves the job at once (a *preemption* of that job), the job is
+  charged ``rescale_down_s`` without progress, and a job left below ``min_nodes`` stops (it
+  holds no node and stays admitted).
+- a *job arrival*: its submit offset from the jobs file's first job. Jobs are admitted first
+  come first served, at most ``max_active_jobs`` at once; an admitted job holding no node
+  still takes its place (BFTrainer's rule, arXiv 2106.12091 Sec. 4).
+- a *completion*: the exact time a job's progress reaches its ``total_samples``; it releases
+  its nodes and leaves.
+- a *deferred solve*, when ``min_solve_interval_s`` > 0 (below).
+
+After the events at one time the policy (a callable ``Problem -> Allocation``) re-allocates
+the idle nodes, unless a solve would be provably the same (below) or came less than
+``min_solve_interval_s`` after the previous one; then it runs at ``previous + interval``
+(reclaims still act at once: a node cannot stay with a job once its owner takes it back).
+
+Progress model (the optimizer's eqs. (a)-(b), :mod:`interstice.optimizer.formulation`): a job
+on n nodes at depth d trains ``r(n, d)`` samples/s (the scalability table), worth
+``progress_per_sample(d)`` samples of progress each, except for the seconds after a change:
+growing (a start included) costs ``rescale_up_s``, shrinking (by the policy or a reclaim) or a
+depth change costs ``rescale_down_s``, during which it makes no progress; a change during
+such a pause restarts it (the pause ends at ``max(previous end, now + cost)``). Its nodes count
+as allocated throughout.
+
+Accounting, per policy: *dedicated samples* are what the same node counts over the same
+seconds give on dedicated nodes at depth 0 with no rescale or preemption loss,
+``sum r(n, 0) * dt`` over the time a job holds n > 0 nodes; *efficiency* is goodput divided by
+it (BFTrainer's headline metric, Sec. 5); *utilization* is allocated node-seconds over idle
+node-seconds.
+
+Trace rows that restate a node's current state change nothing and are no event. Skipped
+solves (each provably returns the allocation in force, so skipping changes nothing):
+(i) no job is admitted; (ii) saturation: every admitted job holds its ``max_nodes`` at its
+only measured depth, no job changed since the previous solve (no arrival, admission,
+completion or reclaim: only free nodes came or went), the table's rates strictly increase with
+the count, and each job's goodput at its count over the horizon stays below its remaining
+samples. Under (ii) any other option of a job has strictly less goodput, at least its rescale
+cost and churn, and less fairness (every term of the objective is per job and the capacity is
+not binding), so the optimum keeps every job as it is; greedy and equal-share keep it too
+(an equal share of a pool of at least the sum of the maxima is each job's maximum).
+``skip_equivalent=False`` turns (ii) off; the tests replay a window both ways and compare.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights
+from interstice.replay.jobs import JobSpec
+from interstice.replay.trace import TraceWindow
+
+Policy = Callable[[Problem], Allocation]
+"""Allocates the idle nodes of a snapshot: ``solve``, ``greedy``, ``equal_share`` or a test's."""
+
+Horizon = Callable[[float, np.ndarray], float]
+"""Forecast horizon in seconds from ``(t_s, idle_since_s)``: the simulated time and when each
+node became idle (NaN if busy), shape (n,) (:mod:`interstice.replay.horizon`)."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a replay runs (the policy and horizon aside).
+
+    Attributes:
+        max_active_jobs: most jobs admitted at once, >= 1 (BFTrainer uses 10).
+        min_solve_interval_s: least simulated seconds between two solves, >= 0.
+        time_limit_s: the solver's wall-clock limit per solve, seconds.
+        weights: the objective weights.
+        skip_equivalent: skip the solves that provably change nothing (module docstring).
+    """
+
+    max_active_jobs: int = 10
+    min_solve_interval_s: float = 0.0
+    time_limit_s: float = 10.0
+    weights: Weights = Weights()
+    skip_equivalent: bool = True
+
+
+@dataclass
+class JobRecord:
+    """One job's state and totals during a replay.
+
+    Attributes:
+        spec: the job as the jobs file gives it.
+        arrival_s: simulated arrival time, seconds.
+        admitted_s: when it was admitted, or ``None``.
+        finished_s: when its progress reached ``total_samples``, or ``None``.
+        nodes: ids of the nodes it holds.
+        spb_depth: its current depth.
+        paused_until_s: it makes no progress before this time (a rescale in progress).
+        samples: samples trained.
+        goodput: samples of full-backprop progress (``samples * progress_per_sample``).
+        dedicated_samples: samples its node counts would have given on dedicated nodes.
+        rescales: changes of its count or depth (policy's and reclaims').
+        preemptions: events at which it lost a reclaimed node.
+        progress_points: ``(t_s, goodput)`` at every change of its rate; progress is linear
+            between them but for rescale pauses.
+    """
+
+    spec: JobSpec
+    arrival_s: float
+    admitted_s: float | None = None
+    finished_s: float | None = None
+    nodes: set[int] = field(default_factory=set)
+    spb_depth: int = 0
+    paused_until_s: float = 0.0
+    samples: float = 0.0
+    goodput: float = 0.0
+    dedicated_samples: float = 0.0
+    rescales: int = 0
+    preemptions: int = 0
+    progress_points: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class ReplayResult:
+    """What one policy achieved on one window.
+
+    Attributes:
+        policy: the policy's name.
+        duration_s: simulated seconds.
+        jobs: every job that arrived within the window, in arrival order.
+        idle_node_s: integral of the idle node count, node-seconds.
+        allocated_node_s: integral of the allocated node count, node-seconds.
+        timeline_s: times of the timeline samples, shape (T,) (after each step's events).
+        timeline_idle: idle nodes from each time on, shape (T,).
+        timeline_allocated: allocated nodes from each time on, shape (T,).
+        timeline_goodput: cumulative goodput of all jobs at each time, samples, shape (T,).
+        solve_times_s: the policy's own ``solve_time_s`` per solve, seconds.
+        solve_wall_s: wall seconds per solve, building the Problem and applying the answer
+            included.
+        statuses: count of each ``Allocation.status``.
+        solves: solves run.
+        skipped_solves: solves skipped as provably unchanged.
+        deferred_solves: solves postponed by ``min_solve_interval_s``.
+        wall_s: wall seconds of the whole replay.
+    """
+
+    policy: str
+    duration_s: float
+    jobs: list[JobRecord]
+    idle_node_s: float = 0.0
+    allocated_node_s: float = 0.0
+    timeline_s: list[float] = field(default_factory=list)
+    timeline_idle: list[int] = field(default_factory=list)
+    timeline_allocated: list[int] = field(default_factory=list)
+    timeline_goodput: list[float] = field(default_factory=list)
+    solve_times_s: list[float] = field(default_factory=list)
+    solve_wall_s: list[float] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+    solves: int = 0
+    skipped_solves: int = 0
+    deferred_solves: int = 0
+    wall_s: float = 0.0
+
+
+class _Replay:
+    """The mutable state of one replay; :func:`replay` drives it."""
+
+    def __init__(
+        self,
+        window: TraceWindow,
+        jobs: list[JobSpec],
+        table: ScalabilityTable,
+        policy: Policy,
+        horizon: Horizon,
+        options: ReplayOptions,
+        name: str,
+    ) -> None:
+        self.window, self.table, self.policy = window, table, policy
+        self.horizon, self.options = horizon, options
+        self.names = window.node_names.tolist()
+        self.node_id = {node: i for i, node in enumerate(self.names)}
+        self.idle = window.initial_idle.copy()
+        self.idle_since_s = window.initial_idle_since_s.copy()
+        self.holder = np.full(len(self.names), -1, dtype=np.int64)
+        records = [
+            JobRecord(
+                spec=spec, arrival_s=spec.submit_offset_s, spb_depth=table.depths(spec.model)[0]
+            )
+            for spec in jobs
+            if spec.submit_offset_s < window.duration_s
+        ]
+        self.result = ReplayResult(policy=name, duration_s=window.duration_s, jobs=records)
+        self.arrivals = deque(range(len(records)))
+        self.queue: deque[int] = deque()
+        self.active: list[int] = []
+        self.rate = [0.0] * len(records)
+        self.dedicated_rate = [0.0] * len(records)
+        self.progress_rate = [0.0] * len(records)
+        self.changed = True  # the idle pool changed since the previous solve
+        self.jobs_changed = True  # a job arrived, was admitted, completed or was rescaled
+        self.finished_goodput = 0.0
+        self.last_solve_s = -math.inf
+        self.strictly_increasing = {
+            model: all(
+                np.all(
+                    np.diff(
+                        table.samples_per_s_array(
+                            model, np.arange(table.max_nodes(model, d) + 1), d
+                        )
+                    )
+                    > 0
+                )
+                for d in table.depths(model)
+            )
+            for model in table.models
+        }
+
+    # -- time ---------------------------------------------------------------------------
+
+    def finish_time(self, j: int, now_s: float) -> float:
+        """When job ``j`` completes at its current rate (``inf`` if it does not train)."""
+        rec = self.result.jobs[j]
+        if self.progress_rate[j] <= 0:
+            return math.inf
+        left = rec.spec.total_samples - rec.goodput
+        return max(now_s, rec.paused_until_s) + left / self.progress_rate[j]
+
+    def advance(self, now_s: float, to_s: float, finishing: set[int]) -> None:
+        """Accrue every admitted job's progress and the node-second integrals to ``to_s``."""
+        dt = to_s - now_s
+        allocated = int(np.count_nonzero(self.holder >= 0))
+        self.result.idle_node_s += int(np.count_nonzero(self.idle)) * dt
+        self.result.allocated_node_s += allocated * dt
+        for j in self.active:
+            rec = self.result.jobs[j]
+            if not rec.nodes:
+                continue
+            rec.dedicated_samples += self.dedicated_rate[j] * dt
+            if j in finishing:  # exact arithmetic at the completion time
+                run_s = (rec.spec.total_samples - rec.goodput) / self.progress_rate[j]
+                rec.goodput = rec.spec.total_samples
+            else:
+                run_s = max(0.0, to_s - max(now_s, rec.paused_until_s))
+                rec.goodput = min(
+                    rec.spec.total_samples, rec.goodput + self.progress_rate[j] * run_s
+                )
+            rec.samples += self.rate[j] * run_s
+
+    # -- changes to a job -------------------------------------------------------------------
+
+    def set_nodes(self, j: int, nodes: set[int], spb_depth: int, now_s: float) -> None:
+        """Give job ``j`` exactly ``nodes`` at ``spb_depth``, charging the rescale pause."""
+        rec = self.result.jobs[j]
+        old_count, new_count = len(rec.nodes), len(nodes)
+        if nodes == rec.nodes and spb_depth == rec.spb_depth:
+            return
+        rec.progress_points.append((now_s, rec.goodput))
+        if new_count > old_count:
+            cost_s = rec.spec.rescale_up_s
+        elif new_count > 0:
+            cost_s = rec.spec.rescale_down_s
+        else:
+            cost_s = 0.0
+        rec.paused_until_s = max(rec.paused_until_s, now_s + cost_s)
+        if new_count != old_count or (new_count > 0 and spb_depth != rec.spb_depth):
+            rec.rescales += 1
+        for node in rec.nodes - nodes:
+            if self.holder[node] == j:  # another job may already have taken it in this apply
+                self.holder[node] = -1
+        for node in nodes - rec.nodes:
+            self.holder[node] = j
+        rec.nodes, rec.spb_depth = nodes, spb_depth
+        model = rec.spec.model
+        self.rate[j] = self.table.samples_per_s(model, new_count, spb_depth) if nodes else 0.0
+        self.dedicated_rate[j] = self.table.samples_per_s(model, new_count, 0) if nodes else 0.0
+        self.progress_rate[j] = self.rate[j] * self.table.progress_per_sample(model, spb_depth)
+        self.jobs_changed = True
+
+    def reclaim(self, nodes: np.ndarray, now_s: float) -> None:
+        """Take the newly busy ``nodes`` back from the jobs holding them."""
+        lost: dict[int, set[int]] = {}
+        for node in nodes[self.holder[nodes] >= 0].tolist():
+            lost.setdefault(int(self.holder[node]), set()).add(node)
+        for j, taken in lost.items():
+            rec = self.result.jobs[j]
+            rec.preemptions += 1
+            keep = rec.nodes - taken
+            self.set_nodes(
+                j, keep if len(keep) >= rec.spec.min_nodes else set(), rec.spb_depth, now_s
+            )
+
+    def complete(self, finishing: set[int], now_s: float) -> None:
+        for j in finishing:
+            rec = self.result.jobs[j]
+            rec.progress_points.append((now_s, rec.goodput))
+            for node in rec.nodes:
+                self.holder[node] = -1
+            rec.nodes = set()
+            self.rate[j] = self.dedicated_rate[j] = self.progress_rate[j] = 0.0
+            rec.finished_s = now_s
+            self.finished_goodput += rec.goodput
+            self.active.remove(j)
+        self.jobs_changed = True
+
+    def admit(self, now_s: float) -> None:
+        while self.arrivals and self.result.jobs[self.arrivals[0]].arrival_s <= now_s:
+            self.queue.append(self.arrivals.popleft())
+        while self.queue and len(self.active) < self.options.max_active_jobs:
+            j = self.queue.popleft()
+            self.active.append(j)
+            rec = self.result.jobs[j]
+            rec.admitted_s = now_s
+            rec.progress_points.append((now_s, 0.0))
+            self.jobs_changed = True
+
+    # -- solving --------------------------------------------------------------------------
+
+    def saturated(self, horizon_s: float) -> bool:
+        """Skip rule (ii) of the module docstring."""
+        if self.options.weights.throughput <= 0:
+            return False
+        for j in self.active:
+            rec = self.result.jobs[j]
+            spec = rec.spec
+            if (
+                len(rec.nodes) != spec.max_nodes
+                or len(self.table.depths(spec.model)) != 1
+                or not self.strictly_increasing[spec.model]
+                or self.progress_rate[j] * horizon_s >= spec.total_samples - rec.goodput
+            ):
+                return False
+        return True
+
+    def solve(self, now_s: float) -> None:
+        started = time.perf_counter()
+        horizon_s = self.horizon(now_s, self.idle_since_s)
+        if self.options.skip_equivalent and not self.jobs_changed and self.saturated(horizon_s):
+            self.result.skipped_solves += 1
+            self.last_solve_s = now_s
+            self.changed = False
+            return
+        idle_ids = np.flatnonzero(self.idle).tolist()
+        problem = Problem(
+            idle_nodes=tuple(self.names[i] for i in idle_ids),
+            jobs=tuple(self.job_snapshot(j) for j in self.active),
+            scalability=self.table,
+            weights=self.options.weights,
+            horizon_s=horizon_s,
+            time_limit_s=self.options.time_limit_s,
+        )
+        allocation = self.policy(problem)
+        self.apply(allocation, now_s)
+        result = self.result
+        result.solves += 1
+        result.statuses[allocation.status] = result.statuses.get(allocation.status, 0) + 1
+        result.solve_times_s.append(allocation.solve_time_s)
+        result.solve_wall_s.append(time.perf_counter() - started)
+        self.last_solve_s = now_s
+        self.changed = self.jobs_changed = False
+
+    def job_snapshot(self, j: int) -> Job:
+        rec = self.result.jobs[j]
+        spec = rec.spec
+        return Job(
+            job_id=spec.job_id,
+            model=spec.model,
+            min_nodes=spec.min_nodes,
+            max_nodes=spec.max_nodes,
+            nodes=tuple(self.names[i] for i in sorted(rec.nodes)),
+            spb_depth=rec.spb_depth,
+            samples_remaining=max(0.0, spec.total_samples - rec.goodput),
+            rescale_up_s=spec.rescale_up_s,
+            rescale_down_s=spec.rescale_down_s,
+        )
+
+    def apply(self, allocation: Allocation, now_s: float) -> None:
+        """Carry out ``allocation``, checking it against the simulator's own state.
+
+        Raises:
+            RuntimeError: the policy answered for other jobs, gave a node that is not idle or
+                gave one node to two jobs.
+        """
+        if [a.job_id for a in allocation.jobs] != [
+            self.result.jobs[j].spec.job_id for j in self.active
+        ]:
+            raise RuntimeError("policy answered for other jobs than the problem's")
+        wanted = [{self.node_id[name] for name in share.node_names} for share in allocation.jobs]
+        given = [node for nodes in wanted for node in nodes]
+        if len(set(given)) != len(given) or not self.idle[given].all():
+            raise RuntimeError("policy gave a node twice or a node that is not idle")
+        for j, nodes, share in zip(list(self.active), wanted, allocation.jobs, strict=True):
+            self.set_nodes(j, nodes, share.spb_depth, now_s)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def record(self, now_s: float) -> None:
+        result = self.result
+        result.timeline_s.append(now_s)
+        result.timeline_idle.append(int(np.count_nonzero(self.idle)))
+        result.timeline_allocated.append(int(np.count_nonzero(self.holder >= 0)))
+        active_goodput = sum(result.jobs[j].goodput for j in self.active)
+        result.timeline_goodput.append(self.finished_goodput + active_goodput)
+
+    def run(self, on_progress: Callable[[float], None] | None) -> ReplayResult:
+        window, options = self.window, self.options
+        started = time.perf_counter()
+        n_events = len(window.event_time_s)
+        event, now_s = 0, 0.0
+        pending = False  # a solve is due but postponed by the minimum interval
+        self.admit(now_s)
+        self.solve(now_s)
+        self.record(now_s)
+        while True:
+            finish = {j: self.finish_time(j, now_s) for j in self.active}
+            candidates = [window.duration_s, min(finish.values(), default=math.inf)]
+            if event < n_events:
+                candidates.append(float(window.event_time_s[event]))
+            if self.arrivals:
+                candidates.append(self.result.jobs[self.arrivals[0]].arrival_s)
+            if pending:
+                candidates.append(self.last_solve_s + options.min_solve_interval_s)
+            to_s = max(now_s, min(candidates))
+            finishing = {j for j, t in finish.items() if t <= to_s}
+            self.advance(now_s, to_s, finishing)
+            now_s = to_s
+            if now_s >= window.duration_s:
+                break
+            if finishing:
+                self.complete(finishing, now_s)
+            if event < n_events and window.event_time_s[event] <= now_s:
+                nodes, to_idle = window.changes(event)
+                before = self.idle[nodes]
+                self.idle[nodes] = to_idle
+                flipped = nodes[self.idle[nodes] != before]
+                if flipped.size:
+                    self.changed = True
+                    self.idle_since_s[flipped] = np.where(self.idle[flipped], now_s, np.nan)
+                    self.reclaim(np.unique(nodes[~self.idle[nodes]]), now_s)
+                event += 1
+            self.admit(now_s)
+            if self.changed or self.jobs_changed or pending:
+                if not self.active:
+                    self.result.skipped_solves += 1
+                    self.changed = self.jobs_changed = pending = False
+                elif now_s - self.last_solve_s >= options.min_solve_interval_s:
+                    self.solve(now_s)
+                    pending = False
+                elif not pending:
+                    pending = True
+                    self.result.deferred_solves += 1
+            self.record(now_s)
+            if on_progress is not None:
+                on_progress(now_s)
+        self.record(now_s)
+        for j in self.active:
+            rec = self.result.jobs[j]
+            rec.progress_points.append((now_s, rec.goodput))
+        self.result.wall_s = time.perf_counter() - started
+        return self.result
+
+
+def replay(
+    window: TraceWindow,
+    jobs: list[JobSpec],
+    table: ScalabilityTable,
+    policy: Policy,
+    *,
+    horizon: Horizon,
+    options: ReplayOptions = ReplayOptions(),
+    name: str = "policy",
+    on_progress: Callable[[float], None] | None = None,
+) -> ReplayResult:
+    """Replay ``jobs`` on ``window`` under ``policy`` (module docstring for the model).
+
+    Args:
+        window: the trace window (:meth:`interstice.replay.trace.NodeTrace.window`).
+        jobs: the jobs in arrival order; arrivals at or after the window's end are dropped.
+        table: the scalability table (every job's model is in it).
+        policy: allocates the idle nodes at each solve.
+        horizon: the forecast horizon of each solve.
+        options: admission limit, minimum solve interval, solver limit, weights.
+        name: the policy's name in the result.
+        on_progress: called with the simulated time after each step.
+
+    Returns:
+        The replay's totals, timeline and per-job records.
+
+    Raises:
+        RuntimeError: the policy returned an allocation the simulator cannot carry out.
+    """
+    return _Replay(window, jobs, table, policy, horizon, options, name).run(on_progress)

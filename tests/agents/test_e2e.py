@@ -1,0 +1,106 @@
+"""End to end on this machine: the service on SQLite, 4 real agents, real elastic workers.
+
+2 nodes idle -> the job trains at world size 2; 2 more idle -> it rescales to 4; one node
+reclaimed with a grace of a few seconds -> released within the grace, training goes on at
+world size 3. Every assertion is on what the workers logged (their step logs), never on
+what the service planned: the world sizes they saw, that the step counter continued
+exactly across each rescale (no step lost or repeated), and when the reclaimed node's
+worker exited.
+"""
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
+pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
+
+from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+
+NODES = ["n0", "n1", "n2", "n3"]
+RECLAIM_GRACE_S = 8.0
+# Linear scaling, so the optimizer gives the job every idle node.
+SCALABILITY_CSV = "model,nodes,samples_per_s\n" + "".join(
+    f"tinycnn,{nodes},{100.0 * nodes}\n" for nodes in range(5)
+)
+
+
+def steps_of(records: list[dict], **match: object) -> list[dict]:
+    return [r for r in records if r["event"] == "step" and all(r[k] == v for k, v in match.items())]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
+    cluster = LocalCluster(
+        tmp_path, NODES, heartbeat_s=1.0, grace_s=10.0, scalability_csv=SCALABILITY_CSV
+    )
+    cluster.start()
+    try:
+        cluster.node_events("idle", ["n0", "n1"])
+        job = cluster.request(
+            "user",
+            "POST",
+            "/v1/jobs",
+            json={
+                "model": "tinycnn",
+                "min_nodes": 1,
+                "max_nodes": 4,
+                "total_samples": 1e7,
+                "batch_size": 8,
+                "parallelism": "dp",
+            },
+        )
+        job_id = job["job_id"]
+        cluster.wait_for(lambda: cluster.latest_world_size(job_id) == 2, 90, "world size 2")
+
+        cluster.node_events("idle", ["n2", "n3"])
+        cluster.wait_for(lambda: cluster.latest_world_size(job_id) == 4, 90, "world size 4")
+
+        reclaimed_at = cluster.node_events("busy", ["n3"], grace_s=RECLAIM_GRACE_S)
+        cluster.wait_for(lambda: cluster.latest_world_size(job_id) == 3, 90, "world size 3")
+        resumed = max(r["step"] for r in steps_of(cluster.worker_records(job_id)))
+        cluster.wait_for(
+            lambda: (
+                len(steps_of(cluster.worker_records(job_id), world_size=3, rank=0)) >= 5
+                and max(r["step"] for r in steps_of(cluster.worker_records(job_id))) > resumed + 3
+            ),
+            60,
+            "5 steps at world size 3",
+        )
+        records = cluster.worker_records(job_id)
+    finally:
+        cluster.close()
+
+    # The world sizes the workers saw, in order: 2, then 4, then 3.
+    generations: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        generations[record["rendezvous_id"]].append(record)
+    ordered = sorted(generations.values(), key=lambda rs: rs[0]["time"])
+    assert [rs[0]["world_size"] for rs in ordered] == [2, 4, 3], cluster.diagnostics()
+
+    # Within a generation every rank did every step once, in order; the next generation
+    # resumes at the step where the last one checkpointed and exited.
+    previous_exit = 0
+    for generation in ordered:
+        world_size = generation[0]["world_size"]
+        assert {r["world_size"] for r in generation} == {world_size}
+        resumes = [r["step"] for r in generation if r["event"] == "resume"]
+        assert resumes == [previous_exit] * world_size
+        per_rank = defaultdict(list)
+        for record in steps_of(generation):
+            per_rank[record["rank"]].append(record["step"])
+        assert sorted(per_rank) == list(range(world_size))
+        for steps in per_rank.values():
+            assert steps == list(range(previous_exit + 1, previous_exit + 1 + len(steps)))
+        exits = [r["step"] for r in generation if r["event"] == "exit"]
+        if generation is not ordered[-1]:
+            assert exits == [previous_exit + len(per_rank[0])] * world_size
+            previous_exit = exits[0]
+
+    # The reclaimed node's worker checkpointed and exited within the grace period, and
+    # no worker ran on it afterwards.
+    on_n3 = [r for r in records if r["log_node"] == "n3"]
+    assert on_n3[-1]["event"] == "exit"
+    assert on_n3[-1]["time"] <= reclaimed_at.timestamp() + RECLAIM_GRACE_S

@@ -1,0 +1,135 @@
+"""Factories and constants of the service tests (imported by conftest and the tests)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+from interstice.api.settings import Settings
+
+SCALABILITY_CSV = """model,nodes,samples_per_s,spb_depth,progress_per_sample
+tinycnn,1,100,0,1
+tinycnn,2,190,0,1
+tinycnn,4,360,0,1
+tinycnn,1,150,1,0.6
+tinycnn,2,290,1,0.6
+tinycnn,4,560,1,0.6
+bignet,2,50,0,1
+bignet,8,180,0,1
+"""
+ROLES = ("scheduler", "agent", "user", "admin")
+
+
+def free_port() -> int:
+    """An unused TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class PostgresServer:
+    """A throw-away PostgreSQL cluster; :meth:`new_database` gives a fresh database URL."""
+
+    port: int
+    _names: Any = None
+
+    def new_database(self) -> str:
+        import psycopg
+
+        name = f"t{next(self._names)}_{os.getpid()}"
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+
+@dataclass
+class Api:
+    """A running app with one token per role (``tokens``) and a second user (``other``)."""
+
+    client: TestClient
+    tokens: dict[str, str]
+    settings: Settings
+
+    def auth(self, role: str) -> dict[str, str]:
+        """Authorization header of ``role``'s token (or of ``other``, the second user)."""
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def call(self, method: str, path: str, role: str, **kwargs: Any) -> httpx.Response:
+        headers = self.auth(role) | kwargs.pop("headers", {})
+        return self.client.request(method, path, headers=headers, **kwargs)
+
+    @property
+    def app(self) -> Any:
+        return self.client.app
+
+    def register(self, node: str, port: int = 29500, report_idle: bool = False) -> str:
+        """Register an agent on ``node`` (host ``h-<node>``); returns its id."""
+        r = self.call(
+            "POST",
+            "/v1/agents",
+            "agent",
+            json={
+                "node": node,
+                "host": f"h-{node}",
+                "ports": [port, port + 1],
+                "report_idle": report_idle,
+            },
+        )
+        assert r.status_code in (200, 201), r.text
+        return r.json()["agent_id"]
+
+    def node_events(self, *events: tuple[str, str, str, float]) -> httpx.Response:
+        """Post ``(event_id, node, state, grace_s)`` events at the current time."""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "events": [
+                {"event_id": e, "node": n, "state": s, "at": at, "grace_s": g}
+                for e, n, s, g in events
+            ]
+        }
+        return self.call("POST", "/v1/nodes/events", "scheduler", json=body)
+
+    def submit(self, role: str = "user", **fields: Any) -> dict[str, Any]:
+        body = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 2, "total_samples": 1e6} | fields
+        r = self.call("POST", "/v1/jobs", role, json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def poll(self, agent_id: str, wait: float = 5) -> list[dict[str, Any]]:
+        r = self.call("GET", f"/v1/agents/{agent_id}/commands", "agent", params={"wait": wait})
+        assert r.status_code == 200, r.text
+        return r.json()["data"]
+
+    def ack_all(self, agent_id: str, commands: list[dict[str, Any]]) -> None:
+        for c in commands:
+            r = self.call(
+                "POST",
+                f"/v1/agents/{agent_id}/commands/{c['command_id']}/ack",
+                "agent",
+                json={"ok": True},
+            )
+            assert r.status_code == 200, r.text
+
+    def job(self, job_id: str, role: str = "user") -> dict[str, Any]:
+        r = self.call("GET", f"/v1/jobs/{job_id}", role)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_for(self, predicate: Callable[[], Any], timeout_s: float = 10) -> Any:
+        """Poll ``predicate`` until it is truthy; fail after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise AssertionError(f"condition not reached in {timeout_s} s")

@@ -1,0 +1,233 @@
+"""The control loop end to end: events → solve → commands; reclaims; progress; cancel."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from interstice.api.control import optimizer_solver
+
+
+def _start_two_node_job(api):  # type: ignore[no-untyped-def]
+    agents = {n: api.register(n) for n in ("n1", "n2")}
+    assert api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0)).status_code == 200
+    job = api.submit(min_nodes=1, max_nodes=2)
+    starts = {n: api.poll(a) for n, a in agents.items()}
+    return agents, job, starts
+
+
+def test_a_job_starts_on_every_idle_node_with_one_rendezvous(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    for node, commands in starts.items():
+        assert [c["kind"] for c in commands] == ["start"], node
+        (c,) = commands
+        assert c["job_id"] == job["job_id"]
+        assert c["world_size"] == 2
+        assert c["rendezvous_id"] == f"{job['job_id']}-g1"
+        # endpoint: host of the agent on min(S) = n1, its ports [29500, 29501] by generation 1
+        assert c["rendezvous_endpoint"] == "h-n1:29501"
+        assert c["spb_depth"] == 0
+        assert c["job"]["checkpoint_dir"].endswith(f"checkpoints/{job['job_id']}")
+        assert c["job"]["entrypoint"] == "interstice.agents.worker"
+    shown = api.job(job["job_id"])
+    assert (shown["state"], shown["nodes"], shown["world_size"]) == ("running", ["n1", "n2"], 2)
+    assert shown["rescales"][0]["from_nodes"] == []
+    assert shown["rescales"][0]["to_nodes"] == ["n1", "n2"]
+    nodes = api.call("GET", "/v1/nodes", "scheduler").json()["data"]
+    assert [(n["name"], n["holder"], n["agent"]["state"]) for n in nodes] == [
+        ("n1", job["job_id"], "alive"),
+        ("n2", job["job_id"], "alive"),
+    ]
+
+
+def test_commands_are_delivered_until_acknowledged(api) -> None:
+    agents, _, starts = _start_two_node_job(api)
+    again = api.poll(agents["n1"], wait=0)
+    assert [c["command_id"] for c in again] == [c["command_id"] for c in starts["n1"]]
+    api.ack_all(agents["n1"], again)
+    api.ack_all(agents["n1"], again)  # idempotent
+    assert api.poll(agents["n1"], wait=0) == []
+
+
+def test_a_long_poll_wakes_when_a_command_is_written(api) -> None:
+    agent = api.register("n1")
+    api.node_events(("e1", "n1", "idle", 0))
+    got: list = []
+    poller = threading.Thread(target=lambda: got.extend(api.poll(agent, wait=20)))
+    poller.start()
+    time.sleep(0.3)
+    began = time.monotonic()
+    api.submit(min_nodes=1, max_nodes=1)
+    poller.join(timeout=20)
+    assert [c["kind"] for c in got] == ["start"]
+    assert time.monotonic() - began < 5
+
+
+def test_a_reclaim_rescales_the_others_and_stops_the_node_with_its_grace(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    for node, agent in agents.items():
+        api.ack_all(agent, starts[node])
+    r = api.node_events(("e3", "n2", "busy", 30))
+    assert r.json()["data"][0]["reclaimed_job_id"] == job["job_id"]
+    (stop,) = api.poll(agents["n2"], wait=0)
+    (rescale,) = api.poll(agents["n1"], wait=0)
+    assert (stop["kind"], rescale["kind"]) == ("stop", "rescale")
+    assert rescale["world_size"] == 1
+    assert rescale["rendezvous_id"] == f"{job['job_id']}-g2"
+    assert rescale["rendezvous_endpoint"] == "h-n1:29500"
+    event_at = r.json()["data"][0]
+    assert stop["deadline"] == rescale["deadline"]
+    shown = api.job(job["job_id"])
+    assert shown["nodes"] == ["n1"]
+    assert shown["rescales"][-1]["reason"] == "reclaim"
+    assert event_at["state"] == "busy"
+
+
+def test_a_reclaim_below_min_nodes_stops_the_whole_job(api) -> None:
+    agents = {n: api.register(n) for n in ("n1", "n2")}
+    api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
+    job = api.submit(min_nodes=2, max_nodes=2)
+    for agent in agents.values():
+        api.ack_all(agent, api.poll(agent))
+    api.node_events(("e3", "n1", "busy", 5))
+    assert [c["kind"] for c in api.poll(agents["n1"], wait=0)] == ["stop"]
+    assert [c["kind"] for c in api.poll(agents["n2"], wait=0)] == ["stop"]
+    shown = api.job(job["job_id"])
+    assert (shown["state"], shown["nodes"]) == ("queued", [])
+
+
+def test_a_reclaim_issues_commands_while_the_solver_is_slow(make_api) -> None:
+    solving = threading.Event()
+
+    def slow_solver(problem, backend):  # type: ignore[no-untyped-def]
+        if len(problem.jobs) > 1:  # the second job's solve: hold the solver for 3 s
+            solving.set()
+            time.sleep(3)
+        return optimizer_solver(problem, backend)
+
+    with make_api(solver=slow_solver) as api:
+        agents, job, starts = _start_two_node_job(api)
+        for node, agent in agents.items():
+            api.ack_all(agent, starts[node])
+        api.submit(min_nodes=1, max_nodes=1)
+        assert solving.wait(10)
+        began = time.monotonic()
+        api.node_events(("e3", "n2", "busy", 30))
+        assert [c["kind"] for c in api.poll(agents["n2"], wait=5)] == ["stop"]
+        assert [c["kind"] for c in api.poll(agents["n1"], wait=5)] == ["rescale"]
+        assert time.monotonic() - began < 1.5  # well before the 3 s solve ends
+        assert api.app.state.control.solves >= 1
+
+
+def test_event_retries_are_idempotent(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    first = api.node_events(("e3", "n2", "busy", 30))
+    pending = api.poll(agents["n1"], wait=0)
+    again = api.node_events(("e3", "n2", "busy", 30))
+    assert again.status_code == 200
+    assert again.json() == first.json()
+    assert api.poll(agents["n1"], wait=0) == pending
+    assert len(api.job(job["job_id"])["rescales"]) == 2
+    reused = api.node_events(("e3", "n1", "busy", 30))
+    assert reused.status_code == 409
+    assert reused.json() == {"detail": "event_id 'e3' was already used for a different event"}
+
+
+def test_progress_finishes_the_job_and_frees_its_nodes(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    for node, agent in agents.items():
+        api.ack_all(agent, starts[node])
+    beat = {"job_id": job["job_id"], "world_size": 2, "step": 3, "samples_per_s": 9.0}
+    r = api.call(
+        "POST",
+        f"/v1/agents/{agents['n1']}/heartbeat",
+        "agent",
+        json=beat | {"samples_done": 600_000},
+    )
+    assert r.status_code == 200
+    api.call(
+        "POST",
+        f"/v1/agents/{agents['n2']}/heartbeat",
+        "agent",
+        json=beat | {"samples_done": 500_000},
+    )  # lower: the maximum is kept
+    assert api.job(job["job_id"])["samples_done"] == 600_000
+    api.call(
+        "POST",
+        f"/v1/agents/{agents['n2']}/heartbeat",
+        "agent",
+        json=beat | {"samples_done": 1_000_000},
+    )
+    shown = api.job(job["job_id"])
+    assert (shown["state"], shown["nodes"]) == ("finished", [])
+    assert shown["finished_at"] is not None
+    assert [c["kind"] for c in api.poll(agents["n1"], wait=0)] == ["stop"]
+
+
+def test_cancel_frees_nodes_for_the_next_job(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    for node, agent in agents.items():
+        api.ack_all(agent, starts[node])
+    second = api.submit(min_nodes=2, max_nodes=2)
+    r = api.call("DELETE", f"/v1/jobs/{job['job_id']}", "user")
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    commands = api.poll(agents["n1"])
+    assert commands[0]["kind"] == "stop" and commands[0]["job_id"] == job["job_id"]
+    api.wait_for(lambda: api.job(second["job_id"])["state"] == "running")
+    again = api.call("DELETE", f"/v1/jobs/{job['job_id']}", "user")
+    assert again.status_code == 409
+    assert again.json() == {
+        "detail": f"job {job['job_id']} is cancelled; only a queued or running job can be cancelled"
+    }
+
+
+def test_a_lost_agent_leaves_the_pool_and_its_job_shrinks(make_api) -> None:
+    with make_api(heartbeat_interval_s=0.2) as api:
+        agents = {n: api.register(n) for n in ("n1", "n2")}
+        api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
+        job = api.submit(min_nodes=1, max_nodes=2)
+
+        def beat_n1_only():  # type: ignore[no-untyped-def]
+            api.call("POST", f"/v1/agents/{agents['n1']}/heartbeat", "agent", json={})
+            return api.job(job["job_id"])["nodes"] == ["n1"]
+
+        api.wait_for(beat_n1_only, timeout_s=10)
+        nodes = {n["name"]: n for n in api.call("GET", "/v1/nodes", "admin").json()["data"]}
+        assert nodes["n2"]["agent"]["state"] == "lost"
+        assert nodes["n2"]["allocatable"] is False
+        assert api.job(job["job_id"])["rescales"][-1]["reason"] == "agent_lost"
+
+
+def test_agent_leave_releases_its_node_at_once(api) -> None:
+    agents, job, starts = _start_two_node_job(api)
+    r = api.call("DELETE", f"/v1/agents/{agents['n2']}", "agent")
+    assert r.status_code == 204
+    assert api.call("DELETE", f"/v1/agents/{agents['n2']}", "agent").status_code == 204
+    shown = api.job(job["job_id"])
+    assert shown["nodes"] == ["n1"] and shown["rescales"][-1]["reason"] == "agent_left"
+
+
+def test_failed_acks_are_recorded_and_fail_the_job(make_api) -> None:
+    with make_api(max_command_failures=2) as api:
+        agents, job, starts = _start_two_node_job(api)
+        for node, agent in agents.items():
+            (c,) = starts[node]
+            r = api.call(
+                "POST",
+                f"/v1/agents/{agent}/commands/{c['command_id']}/ack",
+                "agent",
+                json={"ok": False, "error": f"no module on {node}"},
+            )
+            assert r.status_code == 200
+        shown = api.job(job["job_id"])
+        assert [e["error"] for e in shown["errors"]] == ["no module on n1", "no module on n2"]
+        assert (shown["state"], shown["nodes"]) == ("failed", [])
+
+
+def test_spb_jobs_may_run_deeper_and_dp_jobs_stay_at_depth_zero(api) -> None:
+    agents = {n: api.register(n) for n in ("n1", "n2")}
+    api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
+    job = api.submit(min_nodes=2, max_nodes=2, parallelism="spb")
+    (start,) = api.poll(agents["n1"])
+    # depth 1 trains 290 samples/s x 0.6 = 174 < 190 at depth 0: the optimizer keeps 0
+    assert start["spb_depth"] == api.job(job["job_id"])["spb_depth"] == 0

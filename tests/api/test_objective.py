@@ -1,0 +1,93 @@
+"""Admin settings: the objective, the scalability table, and the audit log of both."""
+
+from __future__ import annotations
+
+from api_helpers import SCALABILITY_CSV
+
+
+def test_objective_defaults_changes_and_audit(api) -> None:
+    before = api.call("GET", "/v1/objective", "admin").json()
+    assert before == {
+        "throughput": 1.0,
+        "speedup": False,
+        "fairness": 0.0,
+        "priority": 1.0,
+        "churn": 0.0,
+        "horizon_s": "auto",
+        "backend": "cpsat",
+        "time_limit_s": 10.0,
+    }
+    r = api.call("PUT", "/v1/objective", "admin", json={"horizon_s": 600, "backend": "cbc"})
+    assert r.status_code == 200
+    after = before | {"horizon_s": 600.0, "backend": "cbc"}
+    assert r.json() == after == api.call("GET", "/v1/objective", "admin").json()
+    (entry,) = api.call("GET", "/v1/audit", "admin").json()["data"]
+    assert (entry["actor"], entry["action"], entry["old"], entry["new"]) == (
+        "admin-1",
+        "objective.update",
+        before,
+        after,
+    )
+
+
+def test_bad_objective_values_name_the_field(api) -> None:
+    r = api.call("PUT", "/v1/objective", "admin", json={"horizon_s": -5})
+    assert r.status_code == 422
+    assert [e["msg"] for e in r.json()["detail"]] == [
+        "Value error, horizon_s must be in (0, 1e7] or 'auto', got -5.0"
+    ]
+    r = api.call("PUT", "/v1/objective", "admin", json={"backend": "gurobi"})
+    assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+        (["body", "backend"], "Input should be 'cbc' or 'cpsat'")
+    ]
+    assert api.call("GET", "/v1/audit", "admin").json()["count"] == 0
+
+
+def test_the_solver_uses_the_changed_backend(api) -> None:
+    api.call("PUT", "/v1/objective", "admin", json={"backend": "cbc", "horizon_s": 100})
+    agent = api.register("n1", report_idle=True)
+    api.submit(min_nodes=1, max_nodes=1)
+    assert [c["kind"] for c in api.poll(agent)] == ["start"]
+    backends = api.client.get("/metrics").text
+    assert 'interstice_solver_status_total{status="optimal"}' in backends
+
+
+def test_scalability_upload_replaces_the_table(api) -> None:
+    assert api.call("GET", "/v1/scalability", "user").json()["models"] == ["bignet", "tinycnn"]
+    csv = "model,nodes,samples_per_s\nresnet18,1,10\nresnet18,2,19\n"
+    r = api.call(
+        "PUT",
+        "/v1/scalability",
+        "admin",
+        content=csv,
+        headers=api.auth("admin") | {"content-type": "text/csv"},
+    )
+    assert r.status_code == 200
+    assert r.json() == {
+        "models": ["resnet18"],
+        "rows": 2,
+        "source": "PUT /v1/scalability by admin-1",
+    }
+    (entry,) = api.call("GET", "/v1/audit", "admin").json()["data"]
+    assert entry["action"] == "scalability.update"
+    assert entry["old"]["models"] == ["bignet", "tinycnn"]
+    assert entry["new"] == {"models": ["resnet18"], "rows": 2, "source": r.json()["source"]}
+
+
+def test_a_bad_table_names_the_line_and_an_active_model_may_not_vanish(api) -> None:
+    bad = "model,nodes,samples_per_s\nresnet18,1,10\nresnet18,two,19\n"
+    r = api.call("PUT", "/v1/scalability", "admin", content=bad)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["msg"].startswith("scalability table line 3:")
+    r = api.call("PUT", "/v1/scalability", "admin", content="nodes\n1\n")
+    assert r.json()["detail"][0]["msg"] == (
+        "scalability table: missing column(s) model, samples_per_s"
+    )
+    api.submit(model="bignet", min_nodes=2, max_nodes=2)
+    r = api.call(
+        "PUT", "/v1/scalability", "admin", content=SCALABILITY_CSV.replace("bignet", "smallnet")
+    )
+    assert (r.status_code, r.json()) == (
+        409,
+        {"detail": "models bignet of active jobs are missing from the new table"},
+    )

@@ -1,0 +1,77 @@
+"""``interstice solve``: JSON out for a valid snapshot; exit code 2 and one line otherwise."""
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from interstice.optimizer import Job, Problem, ScalabilityPoint, ScalabilityTable
+from typer.testing import CliRunner
+
+from interstice.solve_cli import solve
+
+app = typer.Typer()
+app.command()(solve)
+runner = CliRunner()
+
+PROBLEM = Problem(
+    idle_nodes=("n1", "n2", "n3"),
+    jobs=(Job(job_id="a", model="m", min_nodes=1, max_nodes=2, samples_remaining=1e6),),
+    scalability=ScalabilityTable(
+        points=(ScalabilityPoint(model="m", nodes=2, samples_per_s=20.0),)
+    ),
+    horizon_s=60.0,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "snapshot.json"
+    path.write_text(text)
+    return path
+
+
+def snapshot_with(**job_fields) -> str:
+    document = json.loads(PROBLEM.model_dump_json())
+    document["jobs"][0].update(job_fields)
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize("backend", ["cbc", "cpsat"])
+def test_valid_snapshot_prints_the_allocation(tmp_path: Path, backend: str) -> None:
+    path = write(tmp_path, PROBLEM.model_dump_json())
+    result = runner.invoke(app, [str(path), "--backend", backend, "--time-limit", "5"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "optimal"
+    assert answer["backend"] == backend
+    assert [(j["job_id"], j["node_names"]) for j in answer["jobs"]] == [("a", ["n1", "n2"])]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (snapshot_with(min_nodes=3), "jobs[0]: job 'a': min_nodes 3 > max_nodes 2"),
+        (snapshot_with(model="x"), "job 'a': model 'x' is not in the scalability table"),
+        (snapshot_with(min_nodes=-1), "jobs[0].min_nodes: Input should be greater than or"),
+        (snapshot_with(samples_remaining=-5), "jobs[0].samples_remaining: Input should be"),
+        ('{"idle_nodes": [', "snapshot: Invalid JSON"),
+        ("{}", "idle_nodes: Field required (and 3 more)"),
+    ],
+)
+def test_bad_snapshot_exits_2_with_one_line(tmp_path: Path, text: str, message: str) -> None:
+    result = runner.invoke(app, [str(write(tmp_path, text))])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: ")
+    assert message in result.stderr
+
+
+def test_missing_file_and_bad_time_limit_exit_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, [str(tmp_path / "absent.json")])
+    assert result.exit_code == 2
+    assert "absent.json: cannot read the snapshot" in result.stderr
+    path = write(tmp_path, PROBLEM.model_dump_json())
+    result = runner.invoke(app, [str(path), "--time-limit", "0"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: --time-limit must be > 0, got 0.0"

@@ -1,0 +1,41 @@
+"""A time limit that ends without a proof still answers: incumbent, else greedy fallback."""
+
+import pytest
+from interstice.optimizer import BACKENDS, ScalabilityTable, solve
+from interstice.optimizer import cbc as cbc_backend
+from interstice.optimizer import cpsat as cpsat_backend
+from interstice.optimizer.answer import BackendAnswer
+from interstice.optimizer.synthetic import random_problem, with_synthetic_depths
+
+from interstice import data
+
+
+@pytest.fixture(scope="module")
+def large_table(bftrainer_dir) -> ScalabilityTable:
+    table = ScalabilityTable.from_csv((bftrainer_dir / data.SCALABILITY_FILE).read_text())
+    return with_synthetic_depths(table, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiny_limit_on_a_large_instance_answers_validly(large_table, backend: str) -> None:
+    problem = random_problem(large_table, jobs=200, nodes=10_000, seed=3, time_limit_s=1e-3)
+    allocation = solve(problem, backend=backend)
+    assert allocation.status in ("optimal", "feasible", "fallback")
+    if allocation.status == "fallback":
+        assert allocation.backend == "greedy"
+    assert problem.evaluate(allocation) == pytest.approx(allocation.objective)
+    assert sum(a.node_count for a in allocation.jobs) > 0
+
+
+@pytest.mark.parametrize("module", [cbc_backend, cpsat_backend])
+def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> None:
+    def no_incumbent(options, capacity, time_limit_s):
+        return BackendAnswer(values=None, status=None, termination="UNKNOWN")
+
+    monkeypatch.setattr(module, "solve", no_incumbent)
+    problem = random_problem(large_table, jobs=20, nodes=500, seed=4)
+    allocation = solve(problem, backend=module.__name__.rsplit(".", 1)[1])
+    assert (allocation.status, allocation.backend) == ("fallback", "greedy")
+    assert allocation.termination == "UNKNOWN"
+    assert problem.evaluate(allocation) == pytest.approx(allocation.objective)
+    assert sum(a.node_count for a in allocation.jobs) > 0

@@ -1,0 +1,126 @@
+"""``interstice replay`` end to end: the report it writes, and one line and exit 2 on bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from interstice.cli import app
+
+runner = CliRunner()
+
+
+def args_of(files: dict[str, Path]) -> list[str]:
+    return [item for option, path in files.items() for item in (option, str(path))]
+
+
+def test_tiny_replay_writes_report_and_png(tiny_files: dict[str, Path], tmp_path: Path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["replay", *args_of(tiny_files), "--horizon", "300", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["policies"]) == ["milp", "greedy", "equal-share"]
+    assert set(report["ratios"]) == {"milp/greedy", "milp/equal-share"}
+    milp = report["policies"]["milp"]
+    # The trace holds 4 nodes for 300 s: idle n1..n3 0-60, n1..n4 60-100, n2..n4 100-300.
+    assert milp["idle_node_s"] == pytest.approx(3 * 60 + 4 * 40 + 3 * 200)
+    assert 0 < milp["efficiency"] <= 1 and 0 < milp["utilization"] <= 1
+    assert milp["statuses"] and milp["solve_time_s"]["p50"] is not None
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_baselines_replays_one_policy(tiny_files: dict[str, Path], tmp_path: Path):
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            *args_of(tiny_files),
+            "--policy",
+            "greedy",
+            "--no-baselines",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert list(report["policies"]) == ["greedy"] and report["ratios"] == {}
+
+
+def test_real_window_with_default_paths(bftrainer_dir: Path, tmp_path: Path):
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            "--start",
+            "2021-02-17T02:00:00",
+            "--hours",
+            "1",
+            "--nodes",
+            "200",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["settings"]["nodes"] == 200
+    assert report["settings"]["window_start"] == "2021-02-17T02:00:00"
+    assert report["policies"]["equal-share"]["idle_node_s"] > 0
+
+
+BAD_ARGS = [
+    (["--hours", "0"], "--hours must be > 0"),
+    (["--hours", "-2"], "--hours must be > 0"),
+    (["--policy", "fifo"], "--policy must be one of milp, greedy, equal-share"),
+    (["--backend", "gurobi"], "--backend must be cbc or cpsat"),
+    (["--horizon", "soon"], "--horizon must be a number of seconds > 0 or auto"),
+    (["--horizon", "-10"], "--horizon must be a number of seconds > 0 or auto"),
+    (["--max-active-jobs", "0"], "--max-active-jobs must be >= 1"),
+    (["--min-solve-interval", "-1"], "--min-solve-interval must be >= 0"),
+    (["--start", "tuesday"], "--start must be an ISO 8601 time"),
+    (["--start", "2020-01-01T00:00:00"], "--start 2020-01-01T00:00:00 is outside the trace"),
+    (["--nodes", "5"], "--nodes must be within 1..4"),
+    (["--nodes", "0"], "--nodes must be within 1..4"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_ARGS)
+def test_bad_option_exits_2_with_one_line(tiny_files, tmp_path, extra, message):
+    result = runner.invoke(app, ["replay", *args_of(tiny_files), *extra, "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert message in result.stderr
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "message"),
+    [
+        ("--trace", None, "--trace: no such file"),
+        ("--trace", "timestamp,node\n2021-02-01T00:00:00,a\n", "header must be"),
+        ("--trace", "timestamp,node,state\n2021-02-01T00:00:00,a,up\n", "line 2: state 'up'"),
+        ("--jobs", None, "--jobs: no such file"),
+        ("--jobs", "job_id,model\nA,m\n", "missing column(s) max_nodes"),
+        ("--scalability", "model,nodes\nm,1\n", "missing column(s) samples_per_s"),
+    ],
+)
+def test_bad_file_exits_2_with_one_line(tiny_files, tmp_path, option, text, message):
+    bad = tmp_path / "bad.csv"
+    if text is not None:
+        bad.write_text(text)
+    files = {**tiny_files, option: bad}
+    result = runner.invoke(app, ["replay", *args_of(files), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_jobs_with_a_model_missing_from_the_table_exit_2(tiny_files, tmp_path):
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(tiny_files["--jobs"].read_text().replace("A,m,", "A,vgg19,"))
+    result = runner.invoke(app, ["replay", *args_of({**tiny_files, "--jobs": jobs})])
+    assert result.exit_code == 2
+    assert "model 'vgg19' is not in the scalability table" in result.stderr
