@@ -37,8 +37,7 @@ log = logging.getLogger("interstice.agent")
 KILL_MARGIN_S = 1.0  # workers still alive this long before a deadline are killed
 LEAVE_MIN_S = 0.5  # time always left for DELETE /agents/{id} on the way out
 STOP_TIMEOUT_S = 60.0  # a rescale without a deadline waits this long for the old workers
-LAUNCHER_EXIT_S = 2.0
-PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running  # after its workers exit, the launcher gets this long to exit
+PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running
 
 
 @dataclass(frozen=True)
@@ -240,37 +239,52 @@ class Agent:
             self._end_generation(current, _deadline(command, KILL_MARGIN_S))
         if not self.shutdown.is_set():
             self.generation = self._pending_ack = self.launcher.launch(command)
+            log.info("launched %s at world size %s", command.rendezvous_id, command.world_size)
 
     def _end_generation(self, generation: launcher.Generation, kill_at: float) -> None:
-        """Ask the workers to checkpoint and exit; kill them at ``kill_at`` (monotonic)."""
+        """Ask the workers to checkpoint and exit; kill them at ``kill_at`` (monotonic).
+
+        Workers that have not reported from this rendezvous yet have trained no step of
+        it (every step all-reduces across all ranks), so they are killed at once: waiting
+        would only hold peers in a rendezvous that the service already replaced.
+        """
+        started = time.monotonic()
         launcher.request_stop(generation.run_dir)
         process = generation.process
+        joined = self._joined(generation)
         in_executor = threading.current_thread() is not threading.main_thread()
-        while launcher.workers_alive(process) and time.monotonic() < kill_at:
+        while joined and launcher.workers_alive(process) and time.monotonic() < kill_at:
             if in_executor and self.shutdown.is_set():
                 return  # the main thread takes over, within the grace period
             time.sleep(0.02)
-        if launcher.workers_alive(process):
+        if joined and launcher.workers_alive(process):
             log.warning("workers of %s missed their deadline: killed", generation.rendezvous_id)
-        else:
-            # The workers are done; torch's launcher may still wait on its exit barrier.
-            try:
-                process.wait(timeout=max(0.0, min(LAUNCHER_EXIT_S, kill_at - time.monotonic())))
-            except Exception:  # noqa: BLE001  (TimeoutExpired: killed just below)
-                pass
+        # The workers checkpointed and exited (or never trained): torch's launcher would
+        # only wait on its exit barrier now, so it goes too.
         launcher.kill(process)
+        log.info(
+            "ended %s (%s) in %.2f s",
+            generation.rendezvous_id,
+            "joined" if joined else "not joined",
+            time.monotonic() - started,
+        )
         if self._pending_ack is generation:
             self._check_pending_ack(ending=True)
+
+    @staticmethod
+    def _joined(generation: launcher.Generation) -> bool:
+        """Whether a worker of ``generation`` reported from its rendezvous."""
+        return any(
+            status.get("rendezvous_id") == generation.rendezvous_id
+            for status in rundir.read_statuses(generation.run_dir)
+        )
 
     def _check_pending_ack(self, ending: bool = False) -> None:
         """Ack the last start/rescale once its workers joined, or failed to."""
         generation = self._pending_ack
         if generation is None:
             return
-        joined = any(
-            status.get("rendezvous_id") == generation.rendezvous_id
-            for status in rundir.read_statuses(generation.run_dir)
-        )
+        joined = self._joined(generation)
         returncode = generation.process.poll()
         waited_s = time.monotonic() - generation.started_at
         if joined:

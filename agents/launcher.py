@@ -104,6 +104,8 @@ class Launcher:
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", LAUNCHER_MODULE],
+                # torch elastic's rendezvous and worker events, timed, in the launcher log
+                env={"LOGLEVEL": "INFO", **os.environ},
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -221,8 +223,11 @@ def _descendants(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # The command name (field 2) may hold spaces; the parent pid follows its ')'.
-        parent = int(stat.rpartition(")")[2].split()[1])
+        # The command name (field 2) may hold spaces; state and parent pid follow its ')'.
+        state, parent_text = stat.rpartition(")")[2].split()[:2]
+        if state == "Z":
+            continue  # exited, not yet reaped
+        parent = int(parent_text)
         children.setdefault(parent, []).append(int(entry.name))
     found, frontier = [], [pid]
     while frontier:

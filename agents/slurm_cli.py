@@ -3,8 +3,8 @@ files, and the Prolog/Epilog entry points (called by agents/slurm/prolog.sh and 
 """
 
 import os
-import time
 from pathlib import Path
+from time import sleep
 from typing import Annotated
 
 import typer
@@ -90,7 +90,8 @@ def fill(
 
     Each pass counts the partition's usable nodes (sinfo) and its pending or running
     placeholders (squeue, by job name) and submits the difference (sbatch), printing one line.
-    Runs until interrupted, or one pass with --once.
+    Runs until interrupted, a failed pass reported on stderr and retried; with --once, one
+    pass, and a failure exits with code 2.
     """
     from interstice.agents.slurm_env import NodeListError
     from interstice.agents.slurm_fill import SlurmCommandError, fill_once
@@ -101,15 +102,19 @@ def fill(
         try:
             outcome = fill_once(job, max_jobs)
         except (SlurmCommandError, NodeListError, ValueError) as error:
-            fail(str(error))
-        typer.echo(
-            f"partition {partition}: {outcome.nodes} usable nodes, {outcome.queued} placeholders "
-            f"queued or running, submitted {len(outcome.submitted)}"
-            + (f" ({', '.join(outcome.submitted)})" if outcome.submitted else "")
-        )
+            if once:
+                fail(str(error))
+            # A passing fault (slurmctld restarting) must not end the loop: retry next pass.
+            typer.echo(f"error: {' '.join(str(error).split())}", err=True)
+        else:
+            typer.echo(
+                f"partition {partition}: {outcome.nodes} usable nodes, {outcome.queued} "
+                f"placeholders queued or running, submitted {len(outcome.submitted)}"
+                + (f" ({', '.join(outcome.submitted)})" if outcome.submitted else "")
+            )
         if once:
             return
-        time.sleep(interval_s)
+        sleep(interval_s)
 
 
 @slurm_app.command("prolog")

@@ -2,8 +2,9 @@
 
 The file holds the agent token, so it must be readable only by root and the Slurm user
 (``chown root:slurm``, ``chmod 0640``); :func:`load_agent_conf` refuses a file that others can
-read or write. Format: ``key=value`` lines (dotenv syntax, ``#`` comments), keys as in
-:class:`AgentConf`::
+read or write. Format: one ``key=value`` per line (dotenv syntax; ``#`` comments on lines
+of their own, since prolog.sh reads ``partition``, ``state_dir`` and ``interstice_bin`` with
+sed), keys as in :class:`AgentConf`::
 
     server_url=https://interstice.example.org:8000
     agent_token=...

@@ -145,7 +145,8 @@ def start_agent(conf: AgentConf, job: SlurmJobEnv) -> int | None:
             group=account.pw_gid if account else None,
             extra_groups=os.getgrouplist(account.pw_name, account.pw_gid) if account else None,
         )
-    started = _start_ticks(process.pid)
+    # The Popen child is not reaped before the Prolog exits, so its stat is there to read.
+    started = _start_ticks(process.pid, zombie_ok=True)
     pid_file(conf, job.job_id).write_text(f"{process.pid} {started}\n")
     return process.pid
 
@@ -167,13 +168,12 @@ def stop_agent(conf: AgentConf, job_id: str) -> AgentStop | None:
     """
     path = pid_file(conf, job_id)
     try:
-        pid_text, started_text = path.read_text().split()
+        pid, started = (int(field) for field in path.read_text().split())
     except (FileNotFoundError, ValueError):
         path.unlink(missing_ok=True)
         return None
-    pid = int(pid_text)
     # The pid may have been reused since the Prolog: signal only the process it started.
-    ours = _start_ticks(pid) == int(started_text)
+    ours = _start_ticks(pid) == started
     begun = time.monotonic()
     exited = True
     if ours:
@@ -217,10 +217,12 @@ def processes_with_env(entry: str) -> list[int]:
     return pids
 
 
-def _start_ticks(pid: int) -> int | None:
-    """A live process's start time in clock ticks since boot; None if gone or a zombie.
+def _start_ticks(pid: int, zombie_ok: bool = False) -> int | None:
+    """A process's start time in clock ticks since boot; None if gone or a zombie.
 
-    A zombie counts as gone: in a container, PID 1 may never reap a detached agent.
+    A zombie counts as gone: in a container, PID 1 may never reap a detached agent. With
+    ``zombie_ok`` a zombie's start time is returned (the Prolog records an agent that died at
+    once, before the Prolog reaped it).
     """
     try:
         stat_line = Path(f"/proc/{pid}/stat").read_text()
@@ -228,6 +230,6 @@ def _start_ticks(pid: int) -> int | None:
         return None
     # Fields after the command name (which may hold spaces) start with the state, field 3.
     fields = stat_line.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
+    if fields[0] in ("Z", "X") and not zombie_ok:
         return None
     return int(fields[19])

@@ -20,6 +20,7 @@ Legend: ``B`` batch, ``C`` channels, ``H``/``W`` image height/width.
 import argparse
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -33,6 +34,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 CHECKPOINT_FILE = "checkpoint.pt"
 CHANNELS = 3
 STATUS_PERIOD_S = 0.2
+EARLY_STOP_POLL_S = 0.05
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,15 +57,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class StopFlag:
-    """This rank's wish to stop: the agent's stop file exists, or SIGTERM arrived."""
+    """This rank's wish to stop: the agent's stop file exists, or SIGTERM arrived.
+
+    Before its first step a worker holds no progress of its generation (every step
+    all-reduces across all ranks, so no rank can have finished one without it), so a stop
+    requested then (a newer rescale replaced this rendezvous) ends the process at once,
+    even while it waits in ``init_process_group`` for peers that will never come.
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self._stop_file = run_dir / rundir.STOP_FILE
         self._signalled = False
+        self._training = threading.Event()
         signal.signal(signal.SIGTERM, self._on_signal)
+        threading.Thread(target=self._exit_if_stopped_early, daemon=True).start()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled = True
+
+    def _exit_if_stopped_early(self) -> None:
+        while not self._training.wait(EARLY_STOP_POLL_S):
+            if self.raised():
+                os._exit(0)  # nothing to checkpoint; a blocked collective cannot be left
+
+    def training_started(self) -> None:
+        """From now on a stop is agreed between ranks and checkpointed."""
+        self._training.set()
 
     def raised(self) -> bool:
         """Whether this rank wants the job to stop after the current step."""
@@ -184,6 +203,7 @@ def train(args: argparse.Namespace, stop_flag: StopFlag, device: torch.device) -
     reporter = Reporter(args, rank, local_rank)
     reporter.status("running", step, samples_done, None)
     reporter.log("resume", step)
+    stop_flag.training_started()
     samples_per_step = args.batch_size * world_size
     stop_F = torch.zeros(1, device=device)
     samples_per_s = None

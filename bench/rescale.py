@@ -72,10 +72,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="up/down pairs to time")
     parser.add_argument("--settle-s", type=float, default=15.0, help="wait before a rescale")
+    parser.add_argument("--keep", type=Path, help="keep logs here (default: a temporary folder)")
     args = parser.parse_args()
     machine = f"{platform.machine()} {platform.node()}"
     with tempfile.TemporaryDirectory(prefix="interstice-bench-") as tmp:
-        cluster = LocalCluster(Path(tmp), NODES, heartbeat_s=1.0, scalability_csv=SCALABILITY_CSV)
+        cluster = LocalCluster(
+            args.keep or Path(tmp), NODES, heartbeat_s=1.0, scalability_csv=SCALABILITY_CSV
+        )
         cluster.start()
         try:
             cluster.node_events("idle", NODES[:2])

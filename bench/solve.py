@@ -6,12 +6,13 @@ Prints one JSON line per (case, backend): {"jobs", "nodes", "depths", "backend",
 per repeat, seeds 0..repeats-1), then one line with the speed-up of our count formulation
 over the node x job one on the small case, as a ratio of p50s measured in this process.
 
-Cases: 10 jobs x 128 nodes (depth 0 only) and 200 jobs x 10,000 nodes x 4 SPB depths. The
-depth-0 rates are the real table ``imagenet-scalability.csv`` (found by interstice.data);
-the rows for depths 1-3 are SYNTHETIC (rate x (1 + 0.1 d), progress_per_sample 1 - 0.05 d,
-see interstice.optimizer.synthetic), not measured.
+Cases: 10 jobs x 128 nodes (depth 0 only; max_nodes 8-64) and 200 jobs x 10,000 nodes x 4
+SPB depths (max_nodes 64 each, so capacity binds). The depth-0 rates are the real table
+``imagenet-scalability.csv`` (found by interstice.data); the rows for depths 1-3 are
+SYNTHETIC (rate x (1 + 0.1 d), progress_per_sample 1 - 0.05 d, see
+interstice.optimizer.synthetic), not measured.
 
-The baseline ("bftrainer-cbc") is BFTrainer's formulation style (arXiv 2106.12091, Sec. 3):
+The baseline ("bftrainer-cbc") is BFTrainer's formulation style (arXiv 2106.12091, progMIP.py):
 one binary x_{node}_{job} per (node, job) pair, each node to at most one job, a job's count
 = sum_node x, linked to the same option binaries and coefficients as ours (so both reach the
 same optimum, checked below); built and solved with PuLP's CBC like our cbc backend.
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 import time
 import warnings
@@ -38,51 +41,75 @@ from interstice import data
 
 
 def bftrainer_style(problem: Problem) -> tuple[float, str]:
-    """Solve ``problem`` with node x job binaries (the baseline); returns (objective, status)."""
+    """Solve ``problem`` with node x job binaries (the baseline); returns (objective, status).
+
+    x_{i}_{j}: node i goes to job j; each node to at most one job; a job's count
+    sum_i x_{i}_{j} equals the count of its chosen option (our z binaries and coefficients,
+    so the optimum is the same); no migration as in BFTrainer: a binary g_j lets job j take
+    nodes it does not hold only if it keeps all it holds (superset), else it keeps a subset.
+    """
     options: Options = build_options(problem)
+    jobs = range(len(problem.jobs))
     model = pulp.LpProblem("bftrainer_style", pulp.LpMaximize)
     z = [pulp.LpVariable(name, cat=pulp.LpBinary) for name in options.names()]
-    x = {
-        (node, j): pulp.LpVariable(f"x_{i}_{j}", cat=pulp.LpBinary)
-        for i, node in enumerate(problem.idle_nodes)
-        for j in range(len(problem.jobs))
-    }
+    x = [
+        [pulp.LpVariable(f"x_{i}_{j}", cat=pulp.LpBinary) for j in jobs]
+        for i in range(len(problem.idle_nodes))
+    ]
     model.setObjective(pulp.LpAffineExpression(zip(z, options.value.tolist(), strict=True)))
     starts = options.start.tolist()
-    for j in range(len(problem.jobs)):
+    for j, job in enumerate(problem.jobs):
         lo, hi = starts[j], starts[j + 1]
         model.addConstraint(pulp.LpAffineExpression([(v, 1) for v in z[lo:hi]]) == 1)
-        count = [
-            (z[i], -n) for i, n in zip(range(lo, hi), options.count[lo:hi].tolist(), strict=True)
-        ]
-        nodes = [(x[(node, j)], 1) for node in problem.idle_nodes]
-        model.addConstraint(pulp.LpAffineExpression(nodes + count) == 0)  # count = sum_node x
-    for node in problem.idle_nodes:
-        model.addConstraint(
-            pulp.LpAffineExpression([(x[(node, j)], 1) for j in range(len(problem.jobs))]) <= 1
-        )
+        counts = options.count[lo:hi].tolist()
+        chosen = [(z[k], -n) for k, n in zip(range(lo, hi), counts, strict=True)]
+        assigned = [(x[i][j], 1) for i in range(len(problem.idle_nodes))]
+        model.addConstraint(pulp.LpAffineExpression(assigned + chosen) == 0)
+        if job.nodes:
+            grows = pulp.LpVariable(f"g_{j}", cat=pulp.LpBinary)
+            held = set(job.nodes)
+            for i, node in enumerate(problem.idle_nodes):
+                if node in held:
+                    model.addConstraint(x[i][j] - grows >= 0)
+                else:
+                    model.addConstraint(x[i][j] - grows <= 0)
+    for row in x:
+        model.addConstraint(pulp.LpAffineExpression([(v, 1) for v in row]) <= 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         model.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=problem.time_limit_s))
     return float(pulp.value(model.objective) or 0.0), pulp.LpStatus[model.status]
 
 
-def timed(solver, problems: list[Problem]) -> tuple[list[float], list[str], list[float]]:
-    seconds, statuses, objectives = [], [], []
+def cpu_s() -> float:
+    """CPU seconds used so far by this process and its finished children (CBC runs as one)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(solver, problems: list[Problem]) -> tuple[list[float], list[float], list[str], list]:
+    """Wall and CPU seconds, status and objective of ``solver`` on each problem."""
+    seconds, cpu_seconds, statuses, objectives = [], [], [], []
     for problem in problems:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), cpu_s()
         answer = solver(problem)
         seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(cpu_s() - started_cpu)
         if isinstance(answer, tuple):
             objective, status = answer
         else:
-            objective, status = answer.objective, answer.status
+            objective, status = answer.objective, f"{answer.status}/{answer.termination}"
         statuses.append(status)
         objectives.append(objective)
-    return seconds, statuses, objectives
+    return seconds, cpu_seconds, statuses, objectives
 
 
-def line(problem: Problem, depths: int, backend: str, seconds: list[float], statuses) -> dict:
+def line(problem: Problem, depths: int, backend: str, timing: tuple) -> dict:
+    """The JSON line of one (case, backend): wall-clock p50/p99, and CPU p50/p99 besides."""
+    seconds, cpu_seconds, statuses, _ = timing
     counts = Counter(statuses)
     return {
         "jobs": len(problem.jobs),
@@ -92,6 +119,8 @@ def line(problem: Problem, depths: int, backend: str, seconds: list[float], stat
         "p50_s": round(float(np.percentile(seconds, 50)), 5),
         "p99_s": round(float(np.percentile(seconds, 99)), 5),
         "status": ",".join(f"{s}:{n}" for s, n in sorted(counts.items())),
+        "cpu_p50_s": round(float(np.percentile(cpu_seconds, 50)), 5),
+        "cpu_p99_s": round(float(np.percentile(cpu_seconds, 99)), 5),
     }
 
 
@@ -104,35 +133,39 @@ def main() -> None:
     if not path.is_file():
         sys.exit(f"bench/solve.py: {path} is absent (set INTERSTICE_DATA_DIR)")
     table = ScalabilityTable.from_csv(path.read_text())
+    deep_table = with_synthetic_depths(table, 4)
+    # Every large-case job wants 64 nodes with little cap from samples_remaining:
+    # 12,800 > 10,000 nodes, so capacity binds and the solver has to decide.
+    binding = {"max_nodes_range": (64, 64), "samples_remaining": (1e9, 1e11)}
     cases = [
         (1, [random_problem(table, 10, 128, seed=s) for s in range(args.repeats_small)]),
         (
             4,
             [
-                random_problem(with_synthetic_depths(table, 4), 200, 10_000, seed=s)
+                random_problem(deep_table, 200, 10_000, seed=s, **binding)
                 for s in range(args.repeats_large)
             ],
         ),
     ]
     solve(cases[0][1][0], "cbc"), solve(cases[0][1][0], "cpsat")  # warm imports
+    print(json.dumps({"cpus": os.cpu_count(), "load1_at_start": os.getloadavg()[0]}))
     p50 = {}
     for depths, problems in cases:
-        found = {}
-        for backend in (*BACKENDS, "greedy"):
-            run = greedy if backend == "greedy" else lambda p, b=backend: solve(p, b)
-            seconds, statuses, objectives = timed(run, problems)
-            found[backend] = objectives
-            p50[(depths, backend)] = float(np.percentile(seconds, 50))
-            print(json.dumps(line(problems[0], depths, backend, seconds, statuses)), flush=True)
+        runs = {backend: lambda p, b=backend: solve(p, b) for backend in BACKENDS}
+        runs["greedy"] = greedy
         if depths == 1:
-            seconds, statuses, objectives = timed(bftrainer_style, problems)
-            p50[(depths, "bftrainer-cbc")] = float(np.percentile(seconds, 50))
-            print(json.dumps(line(problems[0], depths, "bftrainer-cbc", seconds, statuses)))
-            found["bftrainer-cbc"] = objectives
+            runs["bftrainer-cbc"] = bftrainer_style
+        found = {}
+        for backend, run in runs.items():
+            timing = timed(run, problems)
+            found[backend] = timing[3]
+            p50[(depths, backend)] = float(np.percentile(timing[0], 50))
+            print(json.dumps(line(problems[0], depths, backend, timing)), flush=True)
         reference = np.array(found["cbc"])
         for backend, objectives in found.items():
             gap = float(np.max(np.abs(np.array(objectives) - reference) / np.abs(reference)))
             print(json.dumps({"depths": depths, "backend": backend, "max_rel_gap_vs_cbc": gap}))
+    print(json.dumps({"load1_at_end": os.getloadavg()[0]}))
     for backend in BACKENDS:
         ratio = p50[(1, "bftrainer-cbc")] / p50[(1, backend)]
         print(json.dumps({"speedup_p50_vs_bftrainer_cbc": round(ratio, 2), "backend": backend}))

@@ -6,7 +6,8 @@ Run from the repository root::
 
 It writes, beside this script:
 
-- ``snapshot-small.json``: the first trace instant on 2021-02-17 with 30 to 50 idle nodes,
+- ``snapshot-small.json``: the first trace instant on 2021-02-17 with 30 to 50 idle nodes
+  (00:57:56, 30 idle),
   the first 6 jobs of the ImageNet jobs file (one per model but one), the first two holding
   some of the idle nodes as if a previous allocation had given them;
 - ``snapshot-summit-4734.json``: the trace instant with the most idle nodes (4,654 of 4,734,

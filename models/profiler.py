@@ -25,6 +25,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -39,6 +40,9 @@ TABLE_COLUMNS = ("model", "nodes", "samples_per_s", "spb_depth", "progress_per_s
 SPB_RATIOS_FILE = Path(__file__).with_name("spb_ratios.csv")
 RATIO_COLUMNS = ("model", "spb_depth", "throughput_ratio", "progress_per_sample")
 PROXY_DEPTHS = 4  # tinycnn's blocks: the proxy measures depths 0..3
+
+# One digits measurement per process for the same arguments (profiling several models).
+_measure_progress = cache(measure_progress)
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def profile(
     """
     check_request(model, nodes, depths, device)
     proxy = {d: min(d, PROXY_DEPTHS - 1) for d in depths}
-    measured = measure_progress(tuple(sorted(set(proxy.values()))), steps=progress_steps)
+    measured = _measure_progress(tuple(sorted(set(proxy.values()))), steps=progress_steps)
     progress = {p.spb_depth: p.progress_per_sample for p in measured}
     on_done("progress_per_sample on digits")
     backend = "nccl" if device == "cuda" else "gloo"
@@ -279,3 +283,26 @@ def extend(table: list[Row], ratios: dict[tuple[str, int], tuple[float, float]])
         if r.model == model
     ]
     return [*base, *derived]
+
+
+def measure_ratios(
+    models: tuple[str, ...], nodes: list[int], depths: list[int], **kwargs: object
+) -> tuple[str, str]:
+    """Profile several models and return (profile table CSV, SPB ratio CSV) texts.
+
+    This is how ``SPB_RATIOS_FILE`` is made. Each model runs at ``image_size`` or its minimum.
+
+    Args:
+        models: names from ``MODEL_NAMES``.
+        nodes: node counts; include one >= 2, where partial workers exist.
+        depths: SPB depths, 0 included.
+        **kwargs: passed to ``profile``.
+    """
+    from interstice.models.zoo import min_image_size
+
+    rows: list[Row] = []
+    side = int(kwargs.pop("image_size", 32))
+    for model in models:
+        usable = [d for d in depths if d < len(build_blocks(model))]
+        rows += profile(model, nodes, usable, image_size=max(side, min_image_size(model)), **kwargs)
+    return write_table(rows), write_ratios(spb_ratios(rows))

@@ -51,16 +51,21 @@ def run(model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float) ->
 
     Returns:
         The binaries' values; status ``optimal`` if CBC proved it, ``feasible`` for an
-        incumbent at the time limit, ``None`` with no incumbent.
+        incumbent at the time limit, ``None`` with no incumbent (or when CBC failed to run,
+        with termination ``error: ...``).
     """
     # No ``threads``: CBC 2.10's threaded mode, even at 1 thread, sometimes hung until the
-    # time limit on tiny models (seen at 10 s in 2 of 60 runs); serial CBC never did.
+    # time limit on a tiny model (10 s in 1 of 60 runs of one 10-binary model); serial CBC
+    # never did.
     # PuLP 3.3 deprecates its bundled CBC (PULP_CBC_CMD) for 4.0; pin pulp < 4 until moving
     # to ``pulp[cbc]`` + COIN_CMD.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, **CBC_OPTIONS)
-    model.solve(solver)
+    try:
+        model.solve(solver)
+    except pulp.PulpSolverError as exc:  # CBC missing or crashed: no incumbent, say why
+        return BackendAnswer(values=None, status=None, termination=f"error: {exc}")
     termination = pulp.LpStatus[model.status]
     if model.sol_status == pulp.LpSolutionOptimal:
         status = "optimal"

@@ -3,63 +3,71 @@
 Problem: at each event (a node becomes idle or is reclaimed, a job arrives or ends), give the
 idle nodes to the elastic jobs so that the weighted progress they make over a forecast horizon
 is largest. BFTrainer (Liu et al., "BFTrainer: Low-Cost Training of Neural Networks on
-Unfillable Supercomputer Nodes", arXiv 2106.12091, Sec. 3) solves it with one binary per
-(node, job) pair; this model has one binary per (job, count, depth) option instead, so its size
-does not grow with the number of nodes (a multiple-choice knapsack, Sinha & Zoltners 1979).
+Unfillable Supercomputer Nodes", arXiv 2106.12091; its MILP is ``progMIP.py`` of
+github.com/BFTrainer/BFTrainer) uses one binary per (node, job) pair plus big-M and XOR
+binaries for the bounds and the no-migration rule. This model has one binary per (job, count,
+depth) option instead, so its size does not grow with the number of nodes: a multiple-choice
+knapsack (Sinha & Zoltners, "The multiple-choice knapsack problem", Oper. Res. 27(3), 1979).
 
 Data:
-    N                 number of idle nodes (``Problem.idle_nodes``), held ones included.
-    J                 the jobs; for job j: min_nodes m_j, max count M_j(d) = min(max_nodes,
-                      the table's largest measured count at depth d, N) (no extrapolation),
-                      held count h_j = len(nodes), current depth e_j, allowed depths D_j.
-    r_j(n, d)         samples/s of j's model on n nodes at depth d, linear between measured
-                      counts (BFTrainer Sec. 4); p_j(d) its progress_per_sample.
-    H                 forecast horizon, seconds (``horizon_s``; fixed, or the expected
-                      remaining idle time, :func:`interstice.optimizer.horizon`).
-    w                 the weights (``Weights``): throughput w_t, fairness w_f, churn w_c,
-                      priority exponent w_p, speedup flag; job priority q_j.
-    O_j               j's options: (0, e_j), and (n, d) for d in D_j, m_j <= n <= M_j(d).
+    N          number of idle nodes (``Problem.idle_nodes``), held ones included.
+    j          a job, by its index in ``Problem.jobs``: min_nodes m_j; max count
+               M_j(d) = min(max_nodes, the table's largest measured count at depth d, N)
+               (``Problem.max_count``: no extrapolation); held count h_j = len(nodes);
+               current depth e_j; allowed depths D_j (``Problem.depths_of``); priority q_j;
+               samples_remaining R_j (samples of full-backprop progress still to train).
+    r_j(n, d)  samples/s of j's model on n nodes at depth d, linear between measured counts
+               (BFTrainer's MILP interpolates the same way, with SOS2 weights).
+    p_j(d)     progress_per_sample at depth d (1 at depth 0).
+    u_j        r_j(1, d0) * H, what one node earns j over the horizon, samples (d0: the
+               model's smallest measured depth, normally 0): the unit of (d), (e), (f).
+    H          forecast horizon, seconds (``horizon_s``: fixed, or the expected remaining
+               idle time, :func:`interstice.optimizer.horizon.expected_remaining_idle_s`).
+    w          ``Weights``: throughput w_t, fairness w_f, churn w_c, priority exponent w_p,
+               speedup flag.
+    O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d).
 
-Coefficients, v_j(n, d), the objective's value of option (n, d) of job j (``objective.py``):
-    (a) goodput  g = min(r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)), samples_remaining_j).
+Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py``):
+    (a) goodput g_j(n, d) = min(r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)), R_j), samples.
     (b) rescale cost c_j(n, d), seconds of lost progress: rescale_up_s if n > h_j (a start
         0 -> n included); rescale_down_s if 0 < n < h_j, or if n = h_j and d != e_j (a depth
         change re-forms the group on the same nodes, like a shrink); 0 if (n, d) = (h_j, e_j)
         or n = 0 (a stopped job makes no progress either way).
-    (c) priority: the job's whole term is multiplied by q_j ** w_p (w_p = 0 ignores
-        priorities; the default w_p = 1 with every q_j = 1 is plain throughput).
-    (d) fairness: w_f * u_j * log2(1 + n), a concave share term (proportional fairness with
-        log2(1 + n) so that n = 0 is defined), where u_j = r_j(1, 0) * H is what one node
-        earns j over the horizon: the term is in samples, comparable with goodput, and its
-        diminishing returns spread nodes across jobs.
+    (c) priority: j's whole term is multiplied by q_j ** w_p (w_p = 0 ignores priorities;
+        the default w_p = 1 with every q_j = 1 is plain throughput).
+    (d) fairness: + w_f * u_j * log2(1 + n), a concave share term (proportional fairness,
+        with log2(1 + n) so that n = 0 is defined; one node is worth u_j, three nodes 2 u_j):
+        in samples, comparable with goodput; its diminishing returns spread nodes over jobs.
     (e) churn: - w_c * u_j if the option is a rescale (n != h_j, or n > 0 and d != e_j;
-        stopping a running job counts): w_c = 0.1 makes a rescale cost a tenth of one node's
-        work over the horizon, on top of the lost seconds of (b).
-    (f) speedup: if set, j's whole term is divided by r_j(1, 0), so goodput counts in
-        one-node-equivalents (BFTrainer's speedup objective, Sec. 3.3).
-    v_j(n, d) = q_j ** w_p / (r_j(1, 0) if speedup else 1) * (w_t * g + (d) + (e)).
-    The defaults (w_t = 1, others 0, w_p = 1, q_j = 1) are plain goodput in samples.
+        stopping a running job counts): w_c = 0.1 prices a rescale at a tenth of one node's
+        work over the horizon, on top of the seconds lost in (b).
+    (f) speedup: if set, j's whole term is divided by r_j(1, d0), so goodput counts in
+        one-node equivalents (the "speedup" variant of BFTrainer's admin-defined metrics).
+    v_j(n, d) = q_j ** w_p / (r_j(1, d0) if speedup else 1)
+                * (w_t * g_j(n, d) + (d) + (e)).
+    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, q_j = 1) give plain goodput in samples.
 
 Variables:
-    z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: j gets none).
+    z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none).
 
 Objective:
     maximize sum_j sum_{(n, d) in O_j} v_j(n, d) * z_{j}_{n}_{d}
 
 Constraints:
-    (1) each job takes exactly one option: sum_{(n, d) in O_j} z_{j}_{n}_{d} = 1 for all j.
+    (1) each job takes exactly one option: sum_{(n, d) in O_j} z_{j}_{n}_{d} = 1, for all j.
     (2) capacity: sum_j sum_{(n, d) in O_j} n * z_{j}_{n}_{d} <= N.
 
 Every solution of (1)-(2) maps to node names with nothing migrating
-(:mod:`interstice.optimizer.placement`): a job keeps min(n, h_j) of its nodes and the free
-ones, held nodes released by shrinking jobs included, number N - sum_j min(n_j, h_j) >=
-sum_j max(0, n_j - h_j).
+(:mod:`interstice.optimizer.placement`): a job keeps min(n_j, h_j) of its nodes, and the
+free nodes (held ones released by shrinking jobs included) number
+N - sum_j min(n_j, h_j) >= sum_j max(0, n_j - h_j), what the growing jobs need.
 
 Exact reductions (they change no optimum): since the constraints see only n, for each (j, n)
-only the depth of largest v_j(n, d) is kept; and an option is dropped when an option of the
-same job with fewer nodes is worth at least as much (swapping to it keeps (1)-(2)). What
-remains has values strictly increasing in n per job: at most 1 + max count binaries per job,
-whatever N and the number of depths.
+only the depth of largest v_j(n, d) is kept (ties keep e_j, then the smallest depth); and an
+option is dropped when an option of the same job with fewer nodes is worth at least as much
+(swapping to it keeps (1)-(2) and loses nothing). What remains has values strictly
+increasing in n per job: at most 1 + max count binaries per job, whatever N and the number
+of depths.
 """
 
 from __future__ import annotations
@@ -121,31 +129,30 @@ def build_options(problem: Problem) -> Options:
     parts: list[tuple[np.ndarray, ...]] = []
     start = [0]
     for j, job in enumerate(problem.jobs):
-        zero = score_options(job, np.array([0]), (job.spb_depth,), table, weights, horizon_s)
-        part = [np.array([0]), np.array([job.spb_depth]), zero.value[0], zero.samples_per_s[0]]
-        part += [zero.goodput[0], zero.rescaled[0]]
         # The current depth first, so that ties between depths keep it (argmax takes the first).
         depths = sorted(problem.depths_of(job), key=lambda d: (d != job.spb_depth, d))
         top = max(problem.max_count(job, d) for d in depths)
-        if top >= job.min_nodes:
-            counts = np.arange(job.min_nodes, top + 1)
-            grid = score_options(job, counts, depths, table, weights, horizon_s)
-            pick = grid.value.argmax(axis=0)  # the best depth of each count
-            every = np.arange(len(counts))
-            value = grid.value[pick, every]
-            # Keep an option only if it is worth more than every option with fewer nodes.
-            keep = value > np.maximum.accumulate(np.concatenate([zero.value[0], value]))[:-1]
-            new = (
-                counts,
-                np.array(depths)[pick],
-                value,
-                grid.samples_per_s[pick, every],
-                grid.goodput[pick, every],
-                grid.rescaled[pick, every],
-            )
-            part = [np.concatenate([old, col[keep]]) for old, col in zip(part, new, strict=True)]
-        parts.append((np.full(len(part[0]), j), *part))
-        start.append(start[-1] + len(part[0]))
+        # The zero option, then min_nodes..top (none if top < min_nodes).
+        counts = np.concatenate([[0], np.arange(job.min_nodes, top + 1)])
+        grid = score_options(job, counts, depths, table, weights, horizon_s)
+        pick = grid.value.argmax(axis=0)  # the best depth of each count
+        every = np.arange(len(counts))
+        value = grid.value[pick, every]
+        depth = np.array(depths)[pick]
+        depth[0] = job.spb_depth  # at count 0 every depth scores the same; report the current
+        # Keep an option only if it is worth more than every option with fewer nodes.
+        keep = np.ones(len(counts), dtype=bool)
+        keep[1:] = value[1:] > np.maximum.accumulate(value)[:-1]
+        columns = (
+            counts,
+            depth,
+            value,
+            grid.samples_per_s[pick, every],
+            grid.goodput[pick, every],
+            grid.rescaled[pick, every],
+        )
+        parts.append((np.full(int(keep.sum()), j), *(column[keep] for column in columns)))
+        start.append(start[-1] + int(keep.sum()))
     if not parts:
         parts.append((np.zeros(0, int),) * 3 + (np.zeros(0),) * 3 + (np.zeros(0, bool),))
     columns = (np.concatenate(c) for c in zip(*parts, strict=True))

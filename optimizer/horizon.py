@@ -1,10 +1,11 @@
 """The forecast horizon ``--horizon auto``: expected remaining idle time of the idle pool.
 
-BFTrainer (arXiv 2106.12091, Sec. 5) plans over a fixed 10 s horizon, shorter than its 18 s
+BFTrainer (arXiv 2106.12091) plans over a fixed 10 s horizon, shorter than its 18 s
 scale-up cost, so growing a job almost never pays. Here the horizon is the mean residual life
 of the idle intervals observed so far: E[T - a | T > a] for an interval length T drawn from
-the empirical distribution and the pool's current idle age a (Cox, "Renewal Theory", 1962,
-Sec. 1.2). The optimizer itself only takes ``horizon_s``.
+the empirical distribution and the pool's current idle age a (the mean residual life
+function; Guess & Proschan, "Mean residual life: theory and applications", Handbook of
+Statistics 7, 1988). The optimizer itself only takes ``horizon_s``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def one_node_rate(job: Job, table: ScalabilityTable) -> float:
     """The job's one-node samples/s at its model's smallest measured depth (0 normally).
 
     The unit of the fairness, churn and speedup terms (BFTrainer's speedup objective, arXiv
-    2106.12091 Sec. 3.3, divides by this rate). Floored at 1e-9 so a zero row cannot divide
+    2106.12091, divides by this rate). Floored at 1e-9 so a zero row cannot divide
     by zero.
     """
     depth = table.depths(job.model)[0]

@@ -33,21 +33,25 @@ def _upper_hull(counts: list[int], values: list[float]) -> list[int]:
     return hull
 
 
-def greedy_choice(options: Options, capacity: int) -> np.ndarray:
+def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, bool]:
     """Greedy marginal gain over the options: the chosen option index per job.
 
     Every job starts at its zero option. Repeatedly, the step with the largest gain per node
     among all jobs is taken if it fits: a job's steps follow the upper concave hull of its
-    (count, value) options (the LP-relaxation greedy of the multiple-choice knapsack, Sinha &
-    Zoltners 1979); a step that does not fit ends that job's growth. Then one pass in job
-    order moves each job to its best option that fits the nodes left.
+    (count, value) options; a step that does not fit ends that job's growth. Then one pass in
+    job order moves each job to its best option that fits the nodes left.
+
+    In slope order this is the greedy that solves the LP relaxation of the multiple-choice
+    knapsack (Sinha & Zoltners 1979): the LP takes a fraction of the first step that does not
+    fit. So if no step was refused while nodes were left, the LP optimum is this integral
+    answer, which is then optimal for the MILP too.
 
     Args:
         options: the scored options (values strictly increase with count per job).
         capacity: number of idle nodes N.
 
     Returns:
-        Shape (jobs,), indices into ``options``.
+        Shape (jobs,) indices into ``options``, and whether the answer is proven optimal.
     """
     starts = options.start.tolist()
     counts, values = options.count.tolist(), options.value.tolist()
@@ -59,10 +63,12 @@ def greedy_choice(options: Options, capacity: int) -> np.ndarray:
         if len(hull) > 1:
             heapq.heappush(heap, (-_slope(hull[0], hull[1], counts, values), j, 1))
     left = capacity
+    lp_split = False  # a step refused while nodes were left: the LP optimum is fractional
     while heap:
         _, j, k = heapq.heappop(heap)
         need = counts[hulls[j][k]] - counts[chosen[j]]
         if need > left:
+            lp_split = lp_split or left > 0
             continue
         left -= need
         chosen[j] = hulls[j][k]
@@ -76,7 +82,7 @@ def greedy_choice(options: Options, capacity: int) -> np.ndarray:
         if values[best] > values[chosen[j]]:
             left = room - counts[best]
             chosen[j] = best
-    return np.array(chosen, dtype=int)
+    return np.array(chosen, dtype=int), not lp_split
 
 
 def _slope(a: int, b: int, counts: list[int], values: list[float]) -> float:
@@ -95,7 +101,7 @@ def greedy(problem: Problem, *, status: SolveStatus = "feasible") -> Allocation:
     """
     started_s = time.perf_counter()
     options = build_options(problem)
-    chosen = greedy_choice(options, len(problem.idle_nodes))
+    chosen, _ = greedy_choice(options, len(problem.idle_nodes))
     return make_allocation(
         problem,
         options,

@@ -22,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Frozen = ConfigDict(frozen=True, extra="forbid")
 
 SolveStatus = Literal["optimal", "feasible", "fallback"]
-"""``optimal``: proven optimal; ``feasible``: the solver's best incumbent at the time limit;
-``fallback``: no incumbent, the greedy marginal-gain allocation."""
+"""``optimal``: proven optimal (or trivial: no jobs, or nothing to give); ``feasible``: the
+solver's best incumbent at the time limit, or a policy's answer (``greedy``,
+``equal_share``) asked for directly; ``fallback``: the solver had no incumbent at the time
+limit, so the answer is the greedy marginal-gain allocation."""
 
 
 class ScalabilityPoint(BaseModel):
@@ -50,9 +52,10 @@ class ScalabilityPoint(BaseModel):
 class ScalabilityTable(BaseModel):
     """Measured samples/s per (model, node count, SPB depth).
 
-    Counts between measured points interpolate linearly (as BFTrainer does, arXiv 2106.12091,
-    Sec. 4); 0 nodes is 0 samples/s. Counts above the largest measured one are not admissible:
-    :meth:`max_nodes` caps a job's ``max_nodes`` there, so no rate is ever extrapolated.
+    Counts between measured points interpolate linearly (as BFTrainer's MILP does, arXiv
+    2106.12091); 0 nodes is 0 samples/s. Counts above the largest measured one are not
+    admissible: :meth:`Problem.max_count` caps a job's ``max_nodes`` there, so no rate is
+    ever extrapolated.
     """
 
     model_config = Frozen
@@ -139,7 +142,7 @@ class ScalabilityTable(BaseModel):
     def samples_per_s(self, model: str, nodes: int, spb_depth: int = 0) -> float:
         """Throughput of ``model`` on ``nodes`` nodes at ``spb_depth``, samples/s.
 
-        Linear interpolation between measured counts (BFTrainer, arXiv 2106.12091, Sec. 4).
+        Linear interpolation between measured counts (as BFTrainer's MILP does, arXiv 2106.12091).
 
         Raises:
             KeyError: unknown model or depth.
@@ -257,8 +260,9 @@ class Weights(BaseModel):
 
     Attributes:
         throughput: weight of goodput (samples over the forecast horizon).
-        speedup: divide each job's goodput by its one-node rate (BFTrainer's "speedup"
-            objective, arXiv 2106.12091 Sec. 3.3), so small and large models weigh alike.
+        speedup: divide each job's term by its one-node rate (the "speedup" variant of
+            BFTrainer's admin-defined metrics, arXiv 2106.12091), so small and large models
+            weigh alike.
         fairness: weight of the concave share term (see the formulation's docstring).
         priority: exponent on each job's ``priority`` multiplier (0 ignores priorities).
         churn: penalty per rescale, in the objective's units (see the formulation).

@@ -15,6 +15,9 @@ from interstice.optimizer.problem import Allocation, Problem
 Backend = Literal["cbc", "cpsat"]
 BACKENDS: tuple[Backend, ...] = ("cbc", "cpsat")
 
+LP_INTEGRAL = "lp-integral"
+"""Termination of an answer proven optimal by the greedy LP relaxation, no solver called."""
+
 
 def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
     """Round a solver's binaries: the index of each job's chosen option, shape (jobs,).
@@ -35,10 +38,13 @@ def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
 def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     """Allocate the idle nodes by solving the formulation (:mod:`.formulation`).
 
-    With no jobs or no idle nodes the answer is trivial and no solver runs (status
-    ``optimal``, termination ``trivial``). When the time limit ends without a proof, the
-    solver's best incumbent is returned (``feasible``); with no incumbent, the greedy
-    marginal-gain allocation (``fallback``, backend ``greedy``). Never an empty answer.
+    No solver runs when the answer is known: with no jobs or no idle nodes (status
+    ``optimal``, termination ``trivial``), or when the greedy marginal-gain allocation solves
+    the LP relaxation integrally (there are nodes for every job's hull steps, or they run
+    out exactly at a step: status ``optimal``, termination ``lp-integral``; see
+    :func:`interstice.optimizer.policies.greedy_choice`). When the time limit ends without a
+    proof, the solver's best incumbent is returned (``feasible``); with no incumbent, the
+    greedy allocation (``fallback``, backend ``greedy``). Never an empty answer.
 
     Args:
         problem: the instance; ``problem.time_limit_s`` bounds the solver.
@@ -57,14 +63,24 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     options = build_options(problem)
     capacity = len(problem.idle_nodes)
     if len(options.count) == len(problem.jobs):  # only zero options: nothing to decide
-        chosen = options.start[:-1]
         return make_allocation(
             problem,
             options,
-            chosen,
+            options.start[:-1],
             status="optimal",
             backend=backend,
             termination="trivial",
+            started_s=started_s,
+        )
+    greedy_chosen, proven = greedy_choice(options, capacity)
+    if proven:  # the LP relaxation's optimum is integral: no solver needed
+        return make_allocation(
+            problem,
+            options,
+            greedy_chosen,
+            status="optimal",
+            backend=backend,
+            termination=LP_INTEGRAL,
             started_s=started_s,
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
@@ -74,7 +90,7 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
         return make_allocation(
             problem,
             options,
-            greedy_choice(options, capacity),
+            greedy_chosen,
             status="fallback",
             backend="greedy",
             termination=answer.termination,

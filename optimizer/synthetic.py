@@ -42,12 +42,15 @@ def random_problem(
     horizon_s: float = 475.0,
     time_limit_s: float = 10.0,
     held_fraction: float = 0.5,
+    max_nodes_range: tuple[int, int] = (8, 64),
+    samples_remaining: tuple[float, float] = (1e6, 1e9),
 ) -> Problem:
     """A random instance: ``jobs`` jobs on random models of ``table``, ``nodes`` idle nodes.
 
-    Each job has min_nodes 1-4, max_nodes 8-64, BFTrainer-like rescale costs (up 10-30 s,
-    down 2-10 s), a random SPB depth; about ``held_fraction`` of the jobs already hold a
-    random number of nodes within their bounds, while the pool lasts.
+    Each job has min_nodes 1-4, max_nodes drawn from ``max_nodes_range``, samples_remaining from
+    ``samples_remaining`` (uniform), BFTrainer-like rescale costs (up 10-30 s, down 2-10 s),
+    a random SPB depth; about ``held_fraction`` of the jobs already hold a random number of
+    nodes within their bounds, while the pool lasts.
 
     Args:
         table: the scalability table (every depth of a model must reach its max count).
@@ -57,6 +60,8 @@ def random_problem(
         horizon_s: forecast horizon, seconds.
         time_limit_s: solver time limit, seconds.
         held_fraction: share of jobs that already run.
+        max_nodes_range: (low, high) bounds of each job's max_nodes.
+        samples_remaining: (low, high) bounds of each job's samples_remaining.
 
     Returns:
         The instance.
@@ -70,7 +75,7 @@ def random_problem(
     for j in range(jobs):
         model = rng.choice(models)
         min_nodes = rng.randint(1, 4)
-        max_nodes = rng.randint(max(8, min_nodes), 64)
+        max_nodes = rng.randint(max(max_nodes_range[0], min_nodes), max_nodes_range[1])
         held = rng.randint(min_nodes, max_nodes) if rng.random() < held_fraction else 0
         held = held if held <= len(free) else 0
         mine, free = free[:held], free[held:]
@@ -82,7 +87,7 @@ def random_problem(
                 max_nodes=max_nodes,
                 nodes=tuple(sorted(mine)),
                 spb_depth=rng.choice(table.depths(model)),
-                samples_remaining=rng.uniform(1e6, 1e9),
+                samples_remaining=rng.uniform(*samples_remaining),
                 rescale_up_s=rng.uniform(10, 30),
                 rescale_down_s=rng.uniform(2, 10),
             )

@@ -13,22 +13,22 @@ POLICIES = ("milp", "greedy", "equal-share")
 
 def replay(
     trace: Path | None = typer.Option(
-        None, help="Node-state trace CSV(.gz) [default: the BFTrainer Summit trace]."
+        None, help="Node-state trace CSV(.gz) (default: the BFTrainer Summit trace)."
     ),
     jobs: Path | None = typer.Option(
-        None, help="Jobs CSV [default: the 1,001 ImageNet jobs of BFTrainer]."
+        None, help="Jobs CSV (default: the 1,001 ImageNet jobs of BFTrainer)."
     ),
     scalability: Path | None = typer.Option(
-        None, help="Scalability table CSV [default: BFTrainer's ImageNet table]."
+        None, help="Scalability table CSV (default: BFTrainer's ImageNet table)."
     ),
     start: str | None = typer.Option(
-        None, help="Window start, ISO 8601 (no zone) [default: the trace's first timestamp]."
+        None, help="Window start, ISO 8601 (no zone) (default: the trace's first timestamp)."
     ),
     hours: float | None = typer.Option(
-        None, help="Window length in hours, > 0 [default: to the trace's end]."
+        None, help="Window length in hours, > 0 (default: to the trace's end)."
     ),
     nodes: int | None = typer.Option(
-        None, help="Replay only this many nodes, drawn with --seed [default: all]."
+        None, help="Replay only this many nodes, drawn with --seed (default: all)."
     ),
     seed: int = typer.Option(0, help="Seed of the --nodes draw."),
     policy: str = typer.Option("milp", help="milp, greedy or equal-share."),
@@ -176,7 +176,8 @@ def replay(
                     on_progress=show,
                 )
             )
-            progress.update(task, completed=window.duration_s)
+            end = window.start + np.timedelta64(int(window.duration_s), "s")
+            progress.update(task, completed=window.duration_s, clock=str(end))
 
     settings = {
         "trace": str(paths["--trace"]),

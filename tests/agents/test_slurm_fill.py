@@ -93,3 +93,27 @@ def test_fill_without_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     result = runner.invoke(app, ["slurm", "fill", "--once"])
     assert result.exit_code == 2
     assert result.output == "error: sinfo not found: is Slurm installed?\n"
+
+
+def test_fill_loop_survives_a_failed_pass(
+    fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop reports a failed pass and goes on; the next pass submits."""
+    (fake_slurm / "sinfo.out").write_text("n1\n")
+    (fake_slurm / "squeue.out").write_text("")
+    (fake_slurm / "sbatch.fail").write_text("")
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        (fake_slurm / "sbatch.fail").unlink(missing_ok=True)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("interstice.agents.slurm_cli.sleep", sleep)
+    result = runner.invoke(app, ["slurm", "fill", "--interval-s", "5"])
+    assert sleeps == [5.0, 5.0]
+    assert result.output.splitlines() == [
+        "error: sbatch --parsable failed: sbatch: error: invalid partition",
+        "partition scavenger: 1 usable nodes, 0 placeholders queued or running, submitted 1 (101)",
+    ]

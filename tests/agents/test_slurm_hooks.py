@@ -22,7 +22,8 @@ from interstice.agents.slurm_env import SlurmJobEnv
 from interstice.agents.slurm_hooks import agent_command, pid_file, start_agent, stop_agent
 from interstice.agents.slurm_scripts import slurm_dir
 
-INTERSTICE = str(Path(sys.executable).with_name("interstice"))
+INTERSTICE = f'{sys.executable} -c "from interstice.cli import app; app()"'
+"""The real ``interstice`` command of the running Python, wherever pip put its script."""
 
 STAND_IN = """#!/bin/bash
 if [ "$1" != agent ]; then exec {interstice} "$@"; fi
@@ -212,6 +213,14 @@ def test_stop_does_not_signal_a_reused_pid(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait(timeout=10)
+
+
+def test_stop_ignores_a_corrupt_pid_file(tmp_path: Path) -> None:
+    conf = load_agent_conf(write_conf(tmp_path))
+    (tmp_path / "run").mkdir()
+    pid_file(conf, "10").write_text("123\n")
+    assert stop_agent(conf, "10") is None
+    assert not pid_file(conf, "10").exists()
 
 
 def slurmd_env(conf: Path, job_id: str, partition: str) -> dict[str, str]:

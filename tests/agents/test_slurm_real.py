@@ -31,7 +31,7 @@ from interstice.agents.slurm_scripts import ScavengerPartition, render_conf_frag
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-GRACE_S = 10
+GRACE_S = 15
 """GraceTime of the test's scavenger partition, and the agent's grace."""
 
 START_TIMEOUT_S = 30.0

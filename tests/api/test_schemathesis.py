@@ -29,8 +29,7 @@ from interstice.api.settings import Settings
 schemathesis.serializer.alias("text/csv", "text/plain")
 SCHEMA = schemathesis.openapi.from_dict(create_app(Settings(db_url="sqlite://")).openapi())
 SCHEMA.config.generation.update(
-    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
-    database="none",
+    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
 )
 CHECKS = [
     not_a_server_error,
@@ -59,7 +58,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         )
     )
     port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    uv = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=1
+        )
+    )
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -90,6 +93,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 @settings(
     max_examples=30,
     deadline=None,
+    database=None,
     suppress_health_check=list(HealthCheck),
 )
 def test_no_server_errors_and_no_schema_violations(case, server: Running) -> None:  # type: ignore[no-untyped-def]

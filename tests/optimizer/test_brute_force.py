@@ -6,8 +6,10 @@ rates from the table and goodput by eqs. (a)-(b) written out here, and scores it
 Problem.evaluate.
 """
 
+import importlib
 import itertools
 import random
+from collections import Counter
 
 import pytest
 from interstice.optimizer import (
@@ -23,8 +25,9 @@ from interstice.optimizer import (
     greedy,
     solve,
 )
-from interstice.optimizer.cpsat import SCALE_TOP
+from interstice.optimizer.formulation import build_options
 from interstice.optimizer.placement import assign_nodes
+from interstice.optimizer.solve import LP_INTEGRAL, chosen_options
 
 INSTANCES = 60
 
@@ -147,15 +150,33 @@ def assert_rules_hold(problem: Problem, allocation: Allocation) -> None:
 def test_backends_reach_the_exhaustive_optimum(seed: int) -> None:
     problem = random_problem(random.Random(seed))
     optimum = exhaustive_optimum(problem)
+    # CP-SAT optimizes integer-rounded coefficients; rel=1e-7 covers the rounding
+    # (jobs * max|v| / 2 / SCALE_TOP) for these instances.
+    close = pytest.approx(optimum, rel=1e-7, abs=1e-6)
+    options = build_options(problem)
     for backend in BACKENDS:
         allocation = solve(problem, backend=backend)
         assert allocation.status == "optimal"
         assert_rules_hold(problem, allocation)
-        # CP-SAT optimizes integer-rounded coefficients: each is off by <= max|v| / 2 / SCALE.
-        top = max(abs(optimum), 1.0)
-        slack = len(problem.jobs) * top / SCALE_TOP if backend == "cpsat" else 0.0
-        assert allocation.objective == pytest.approx(optimum, rel=1e-7, abs=1e-6 + slack)
+        assert allocation.objective == close
+        # The backend itself, even where solve() proved the greedy answer optimal.
+        answer = importlib.import_module(f"interstice.optimizer.{backend}").solve(
+            options, len(problem.idle_nodes), 10.0
+        )
+        assert answer.status == "optimal"
+        assert options.value[chosen_options(options, answer.values)].sum() == close
     for policy in (greedy, equal_share):
         allocation = policy(problem)
         assert_rules_hold(problem, allocation)
         assert allocation.objective <= optimum + 1e-6 * max(1.0, abs(optimum))
+
+
+def test_instances_take_every_path_of_solve() -> None:
+    """The random instances exercise the solver, the LP-integral shortcut and the trivial case."""
+    terminations = Counter(
+        solve(random_problem(random.Random(seed)), backend="cpsat").termination
+        for seed in range(INSTANCES)
+    )
+    assert terminations["OPTIMAL"] >= 10
+    assert terminations[LP_INTEGRAL] >= 10
+    assert terminations["trivial"] >= 1

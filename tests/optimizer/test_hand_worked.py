@@ -57,3 +57,11 @@ def test_greedy_finds_it_and_equal_share_splits_evenly() -> None:
     shares = equal_share(PROBLEM)
     assert [j.node_count for j in shares.jobs] == [2, 2]
     assert shares.objective == pytest.approx(PROBLEM.evaluate(shares))
+
+
+def test_same_problem_same_answer_and_unknown_backend_named() -> None:
+    for backend in BACKENDS:
+        first, again = solve(PROBLEM, backend=backend), solve(PROBLEM, backend=backend)
+        assert first.jobs == again.jobs
+    with pytest.raises(ValueError, match="backend 'glpk' is not one of cbc, cpsat"):
+        solve(PROBLEM, backend="glpk")

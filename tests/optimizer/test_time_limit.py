@@ -1,5 +1,6 @@
 """A time limit that ends without a proof still answers: incumbent, else greedy fallback."""
 
+import pulp
 import pytest
 from interstice.optimizer import BACKENDS, ScalabilityTable, solve
 from interstice.optimizer import cbc as cbc_backend
@@ -18,8 +19,11 @@ def large_table(bftrainer_dir) -> ScalabilityTable:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tiny_limit_on_a_large_instance_answers_validly(large_table, backend: str) -> None:
-    problem = random_problem(large_table, jobs=200, nodes=10_000, seed=3, time_limit_s=1e-3)
+    # Every job wants 64 nodes: 12,800 > 10,000, so the solver must run (no LP shortcut).
+    problem = random_problem(large_table, jobs=200, nodes=10_000, seed=3, time_limit_s=1e-3,
+                             max_nodes_range=(64, 64), samples_remaining=(1e9, 1e11))  # fmt: skip
     allocation = solve(problem, backend=backend)
+    assert allocation.termination != "lp-integral"
     assert allocation.status in ("optimal", "feasible", "fallback")
     if allocation.status == "fallback":
         assert allocation.backend == "greedy"
@@ -33,9 +37,21 @@ def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> 
         return BackendAnswer(values=None, status=None, termination="UNKNOWN")
 
     monkeypatch.setattr(module, "solve", no_incumbent)
-    problem = random_problem(large_table, jobs=20, nodes=500, seed=4)
+    problem = random_problem(large_table, jobs=20, nodes=100, seed=4)  # capacity binds
     allocation = solve(problem, backend=module.__name__.rsplit(".", 1)[1])
     assert (allocation.status, allocation.backend) == ("fallback", "greedy")
     assert allocation.termination == "UNKNOWN"
     assert problem.evaluate(allocation) == pytest.approx(allocation.objective)
     assert sum(a.node_count for a in allocation.jobs) > 0
+
+
+def test_cbc_that_fails_to_run_falls_back_and_says_why(large_table, monkeypatch) -> None:
+    def broken(self, solver=None, **kwargs):
+        raise pulp.PulpSolverError("Pulp: cannot execute cbc")
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", broken)
+    problem = random_problem(large_table, jobs=20, nodes=100, seed=5)  # capacity binds
+    allocation = solve(problem, backend="cbc")
+    assert (allocation.status, allocation.backend) == ("fallback", "greedy")
+    assert allocation.termination == "error: Pulp: cannot execute cbc"
+    assert problem.evaluate(allocation) == pytest.approx(allocation.objective)

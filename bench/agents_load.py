@@ -1,0 +1,374 @@
+"""Load benchmark of ``interstice serve``: N simulated node agents on the loopback interface.
+
+Starts ``interstice serve`` on a fresh SQLite file (a subprocess), registers N agents (async
+httpx clients), each heartbeating every ``--heartbeat-s`` and long-polling for commands, and
+submits jobs that fill the nodes. Then, for ``--duration-s``, a scheduler reclaims
+``--reclaims-per-s`` held nodes per second (``busy`` events, the direct path that never waits
+for the solver) and gives each back ``--idle-after-s`` later (``idle`` events, which go
+through the debounced solve). It prints JSON lines:
+
+- ``{"phase": "register" | "warmup", ...}`` as phases end;
+- one summary: ``agents``, ``requests``, ``requests_per_s``, ``errors``, and the command
+  latency (event posted -> the node's agent receives its command) ``reclaim_p50_s`` /
+  ``reclaim_p99_s`` (``stop`` after ``busy``) and ``allocation_p50_s`` /
+  ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included).
+
+Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``. Client and
+server share the machine, so the latencies include the client's own event-loop lag.
+
+Usage: ``python bench/agents_load.py --agents 5000 --duration-s 60``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+from interstice.api.db import Database, upgrade
+from interstice.api.service import create_token
+
+MAX_AGENTS = 20000
+TABLE = "model,nodes,samples_per_s\n" + "".join(
+    f"benchnet,{n},{100 * n**0.9:.1f}\n" for n in (1, 2, 4, 8, 16, 32)
+)
+
+
+@dataclass
+class Stats:
+    """Counters and latencies of the run."""
+
+    requests: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    reclaim_s: list[float] = field(default_factory=list)
+    allocation_s: list[float] = field(default_factory=list)
+    started_nodes: set[str] = field(default_factory=set)
+    busy_at: dict[str, float] = field(default_factory=dict)
+    idle_at: dict[str, float] = field(default_factory=dict)
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(what)
+
+
+async def request(
+    client: httpx.AsyncClient, stats: Stats, method: str, url: str, **kwargs: object
+) -> httpx.Response | None:
+    """One request, counted; an exception or a non-2xx answer counts as an error."""
+    stats.requests += 1
+    try:
+        response = await client.request(method, url, **kwargs)  # type: ignore[arg-type]
+    except httpx.HTTPError as exc:
+        stats.error(f"{method} {url}: {type(exc).__name__} {exc}")
+        return None
+    if not response.is_success:
+        stats.error(f"{method} {url}: {response.status_code} {response.text[:200]}")
+    return response
+
+
+async def agent_loop(
+    client: httpx.AsyncClient, stats: Stats, agent_id: str, node: str, stop: asyncio.Event
+) -> None:
+    """Long-poll, record the latency of commands that answer a scheduler event, ack."""
+    while not stop.is_set():
+        r = await request(
+            client, stats, "GET", f"/v1/agents/{agent_id}/commands", params={"wait": 30}
+        )
+        if r is None or not r.is_success:
+            await asyncio.sleep(1)
+            continue
+        now = time.perf_counter()
+        for command in r.json()["data"]:
+            if command["kind"] == "stop" and node in stats.busy_at:
+                stats.reclaim_s.append(now - stats.busy_at.pop(node))
+            elif command["kind"] == "start":
+                stats.started_nodes.add(node)
+                if node in stats.idle_at:
+                    stats.allocation_s.append(now - stats.idle_at.pop(node))
+            elif command["kind"] == "stop":
+                stats.started_nodes.discard(node)
+            await request(
+                client,
+                stats,
+                "POST",
+                f"/v1/agents/{agent_id}/commands/{command['command_id']}/ack",
+                json={"ok": True},
+            )
+
+
+async def heartbeat_loop(
+    client: httpx.AsyncClient, stats: Stats, agent_id: str, period_s: float, stop: asyncio.Event
+) -> None:
+    """Heartbeat every ``period_s``, starting at a random phase."""
+    await asyncio.sleep(random.uniform(0, period_s))
+    while not stop.is_set():
+        await request(client, stats, "POST", f"/v1/agents/{agent_id}/heartbeat", json={})
+        await asyncio.sleep(period_s)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+async def scheduler(
+    client: httpx.AsyncClient, stats: Stats, args: argparse.Namespace, stop: asyncio.Event
+) -> None:
+    """Reclaim ``reclaims_per_s`` held nodes per second; give each back ``idle_after_s`` later."""
+    sequence = 0
+    end = time.monotonic() + args.duration_s
+    returning: list[tuple[float, str]] = []
+    while time.monotonic() < end and not stop.is_set():
+        tick = time.monotonic()
+        held = sorted(stats.started_nodes - set(stats.busy_at))
+        chosen = random.sample(held, min(args.reclaims_per_s, len(held)))
+        events = []
+        for node in chosen:
+            sequence += 1
+            events.append(
+                {
+                    "event_id": f"b{sequence}",
+                    "node": node,
+                    "state": "busy",
+                    "at": now_iso(),
+                    "grace_s": 30,
+                }
+            )
+        due = [n for t, n in returning if t <= tick]
+        returning = [(t, n) for t, n in returning if t > tick]
+        for node in due:
+            sequence += 1
+            events.append(
+                {
+                    "event_id": f"i{sequence}",
+                    "node": node,
+                    "state": "idle",
+                    "at": now_iso(),
+                    "grace_s": 0,
+                }
+            )
+        if events:
+            posted = time.perf_counter()
+            for node in chosen:
+                stats.busy_at[node] = posted
+                stats.started_nodes.discard(node)
+            for node in due:
+                stats.idle_at[node] = posted
+            await request(
+                client,
+                stats,
+                "POST",
+                "/v1/nodes/events",
+                json={"events": events},
+                headers={"Authorization": f"Bearer {args.tokens['scheduler']}"},
+            )
+            returning += [(tick + args.idle_after_s, n) for n in chosen]
+        await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+
+def solver_summary(metrics_text: str) -> dict[str, object]:
+    """Solve count, mean solve time and statuses from the service's /metrics."""
+    summary: dict[str, object] = {"solver_status": {}}
+    for line in metrics_text.splitlines():
+        if line.startswith("interstice_solve_seconds_count"):
+            summary["solves"] = float(line.split()[-1])
+        elif line.startswith("interstice_solve_seconds_sum"):
+            summary["solve_s_sum"] = float(line.split()[-1])
+        elif line.startswith("interstice_solver_status_total{"):
+            status = line.split('"')[1]
+            summary["solver_status"][status] = float(line.split()[-1])  # type: ignore[index]
+    return summary
+
+
+def quantiles(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return float(np.percentile(values, 50)), float(np.percentile(values, 99))
+
+
+async def run(args: argparse.Namespace, url: str) -> None:
+    stats = Stats()
+    stop = asyncio.Event()
+    limits = httpx.Limits(
+        max_connections=2 * args.agents + 50, max_keepalive_connections=2 * args.agents + 50
+    )
+    agent_auth = {"Authorization": f"Bearer {args.tokens['agent']}"}
+    async with httpx.AsyncClient(
+        base_url=url, limits=limits, timeout=httpx.Timeout(90), headers=agent_auth
+    ) as client:
+        began = time.perf_counter()
+        gate = asyncio.Semaphore(100)
+
+        async def register(i: int) -> tuple[str, str] | None:
+            node = f"node{i:05d}"
+            async with gate:
+                r = await request(
+                    client,
+                    stats,
+                    "POST",
+                    "/v1/agents",
+                    json={
+                        "node": node,
+                        "host": "127.0.0.1",
+                        "ports": [29500 + i % 1000],
+                        "report_idle": True,
+                    },
+                )
+            return (r.json()["agent_id"], node) if r is not None and r.is_success else None
+
+        agents = [a for a in await asyncio.gather(*(register(i) for i in range(args.agents))) if a]
+        print(
+            json.dumps(
+                {
+                    "phase": "register",
+                    "agents": len(agents),
+                    "seconds": round(time.perf_counter() - began, 2),
+                    "errors": stats.errors,
+                }
+            ),
+            flush=True,
+        )
+        tasks = [asyncio.create_task(agent_loop(client, stats, a, n, stop)) for a, n in agents]
+        tasks += [
+            asyncio.create_task(heartbeat_loop(client, stats, a, args.heartbeat_s, stop))
+            for a, _ in agents
+        ]
+        user = {"Authorization": f"Bearer {args.tokens['user']}"}
+        for _ in range(max(1, args.agents // 20)):
+            await request(
+                client,
+                stats,
+                "POST",
+                "/v1/jobs",
+                headers=user,
+                json={"model": "benchnet", "min_nodes": 1, "max_nodes": 32, "total_samples": 1e12},
+            )
+        began = time.perf_counter()
+        while (
+            len(stats.started_nodes) < 0.9 * len(agents)
+            and time.perf_counter() - began < args.warmup_s
+        ):
+            await asyncio.sleep(0.5)
+        print(
+            json.dumps(
+                {
+                    "phase": "warmup",
+                    "nodes_running": len(stats.started_nodes),
+                    "seconds": round(time.perf_counter() - began, 2),
+                    "errors": stats.errors,
+                }
+            ),
+            flush=True,
+        )
+        requests_before, errors_before = stats.requests, stats.errors
+        began = time.perf_counter()
+        await scheduler(client, stats, args, stop)
+        await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
+        elapsed = time.perf_counter() - began
+        solver = solver_summary((await client.get("/metrics")).text)
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    reclaim = quantiles(stats.reclaim_s)
+    allocation = quantiles(stats.allocation_s)
+    print(
+        json.dumps(
+            {
+                "agents": len(agents),
+                "duration_s": round(elapsed, 1),
+                "requests": stats.requests - requests_before,
+                "requests_per_s": round((stats.requests - requests_before) / elapsed, 1),
+                "errors": stats.errors - errors_before,
+                "errors_total": stats.errors,
+                "error_samples": stats.error_samples,
+                "reclaims": len(stats.reclaim_s),
+                "reclaim_p50_s": reclaim[0],
+                "reclaim_p99_s": reclaim[1],
+                "allocations": len(stats.allocation_s),
+                "allocation_p50_s": allocation[0],
+                "allocation_p99_s": allocation[1],
+                "unanswered_reclaims": len(stats.busy_at),
+            }
+            | solver
+        ),
+        flush=True,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=5000)
+    parser.add_argument("--duration-s", type=float, default=60)
+    parser.add_argument("--heartbeat-s", type=float, default=10)
+    parser.add_argument("--reclaims-per-s", type=int, default=10)
+    parser.add_argument("--idle-after-s", type=float, default=5)
+    parser.add_argument("--warmup-s", type=float, default=120)
+    parser.add_argument("--max-run-s", type=float, default=600)
+    args = parser.parse_args()
+    if not 1 <= args.agents <= MAX_AGENTS:
+        parser.error(f"--agents must be in 1..{MAX_AGENTS}")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, max(soft, 4 * args.agents + 1000))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))  # the server inherits it
+
+    folder = Path(tempfile.mkdtemp(prefix="interstice-bench-"))
+    db_url = f"sqlite:///{folder / 'bench.db'}"
+    (folder / "table.csv").write_text(TABLE)
+    database = Database(db_url)
+    upgrade(database.engine)
+    args.tokens = {r: create_token(database, r, r) for r in ("scheduler", "agent", "user")}
+    database.dispose()
+    port = free_port()
+    env = os.environ | {
+        "INTERSTICE_SCALABILITY_CSV": str(folder / "table.csv"),
+        "INTERSTICE_HEARTBEAT_INTERVAL_S": str(args.heartbeat_s),
+        "INTERSTICE_CHECKPOINT_ROOT": str(folder / "checkpoints"),
+        "INTERSTICE_LOG_LEVEL": "warning",
+    }
+    interstice = str(Path(sys.executable).parent / "interstice")
+    server = subprocess.Popen(
+        [interstice, "serve", "--db", db_url, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(folder / "serve.log", "wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).is_success:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        asyncio.run(asyncio.wait_for(run(args, url), timeout=args.max_run_s))
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        print(json.dumps({"server_log": str(folder / "serve.log")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
