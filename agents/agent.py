@@ -237,31 +237,27 @@ class Agent:
             return
         if current is not None:
             self._end_generation(current, _deadline(command, KILL_MARGIN_S))
-        if not self.shutdown.is_set():
+        if self._superseded(command):
+            # A newer command for this job is queued already (the service replanned within
+            # moments, e.g. two reclaims in one batch): launching would only be undone.
+            self._ack(command.command_id, True, None)
+        elif not self.shutdown.is_set():
             self.generation = self._pending_ack = self.launcher.launch(command)
             log.info("launched %s at world size %s", command.rendezvous_id, command.world_size)
 
     def _end_generation(self, generation: launcher.Generation, kill_at: float) -> None:
-        """Ask the workers to checkpoint and exit; kill them at ``kill_at`` (monotonic).
-
-        Workers that have not reported from this rendezvous yet have trained no step of
-        it (every step all-reduces across all ranks), so they are killed at once: waiting
-        would only hold peers in a rendezvous that the service already replaced.
-        """
-        started = time.monotonic()
-        launcher.request_stop(generation.run_dir)
-        process = generation.process
-        joined = self._joined(generation)
+        """End ``generation`` (see :func:`launcher.end_generation`); ack it if pending."""
         in_executor = threading.current_thread() is not threading.main_thread()
-        while joined and launcher.workers_alive(process) and time.monotonic() < kill_at:
-            if in_executor and self.shutdown.is_set():
-                return  # the main thread takes over, within the grace period
-            time.sleep(0.02)
-        if joined and launcher.workers_alive(process):
-            log.warning("workers of %s missed their deadline: killed", generation.rendezvous_id)
-        # The workers checkpointed and exited (or never trained): torch's launcher would
-        # only wait on its exit barrier now, so it goes too.
-        launcher.kill(process)
+        started = time.monotonic()
+        joined = launcher.end_generation(
+            generation,
+            kill_at,
+            self.config.nproc_per_node,
+            # the main thread takes over, within the grace period
+            interrupted=lambda: in_executor and self.shutdown.is_set(),
+        )
+        if joined is None:
+            return
         log.info(
             "ended %s (%s) in %.2f s",
             generation.rendezvous_id,
@@ -271,12 +267,14 @@ class Agent:
         if self._pending_ack is generation:
             self._check_pending_ack(ending=True)
 
-    @staticmethod
-    def _joined(generation: launcher.Generation) -> bool:
-        """Whether a worker of ``generation`` reported from its rendezvous."""
+    def _superseded(self, command: Command) -> bool:
+        """Whether a newer command for the same job waits in the queue."""
+        with self._commands.mutex:
+            queued = list(self._commands.queue)
         return any(
-            status.get("rendezvous_id") == generation.rendezvous_id
-            for status in rundir.read_statuses(generation.run_dir)
+            payload.get("job_id") == command.job_id
+            and (payload.get("command_id") or 0) > command.command_id
+            for payload in queued
         )
 
     def _check_pending_ack(self, ending: bool = False) -> None:
@@ -284,7 +282,7 @@ class Agent:
         generation = self._pending_ack
         if generation is None:
             return
-        joined = self._joined(generation)
+        joined = launcher.joined(generation)
         returncode = generation.process.poll()
         waited_s = time.monotonic() - generation.started_at
         if joined:

@@ -21,11 +21,13 @@ port the endpoint names (docs/agent-protocol.md: the job's first node).
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +36,8 @@ from interstice.agents import rundir
 from interstice.agents.protocol import DEFAULT_ENTRYPOINT, Command
 
 LAUNCHER_MODULE = "interstice.agents.launcher"
+
+log = logging.getLogger("interstice.agent")
 
 
 @dataclass
@@ -191,6 +195,66 @@ class Launcher:
 def request_stop(run_dir: Path) -> None:
     """Ask the workers in ``run_dir`` to checkpoint at their next step and exit."""
     (run_dir / rundir.STOP_FILE).touch()
+
+
+def joined(generation: Generation) -> bool:
+    """Whether a worker of ``generation`` reported from its rendezvous (trained or about to)."""
+    return any(
+        status.get("rendezvous_id") == generation.rendezvous_id
+        for status in rundir.read_statuses(generation.run_dir)
+    )
+
+
+def workers_done(generation: Generation, nproc_per_node: int) -> bool:
+    """Whether every local worker of ``generation`` checkpointed and reported its end."""
+    ended = [
+        status
+        for status in rundir.read_statuses(generation.run_dir)
+        if status.get("rendezvous_id") == generation.rendezvous_id
+        and status.get("state") in ("stopped", "finished")
+    ]
+    return len(ended) >= nproc_per_node
+
+
+def end_generation(
+    generation: Generation,
+    kill_at: float,
+    nproc_per_node: int,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> bool | None:
+    """Ask the workers to checkpoint and exit; kill what is left at ``kill_at``.
+
+    Workers that have not reported from this rendezvous yet have trained no step of it
+    (every step all-reduces across all ranks), so they are killed at once: waiting would
+    only hold peers in a rendezvous that has been replaced.
+
+    Args:
+        generation: the running generation.
+        kill_at: ``time.monotonic()`` at which whatever still runs is killed.
+        nproc_per_node: workers on this node.
+        interrupted: polled while waiting; True returns at once, killing nothing.
+
+    Returns:
+        Whether the workers had joined, or None when interrupted.
+    """
+    request_stop(generation.run_dir)
+    process = generation.process
+    had_joined = joined(generation)
+    while (
+        had_joined
+        and workers_alive(process)
+        and not workers_done(generation, nproc_per_node)
+        and time.monotonic() < kill_at
+    ):
+        if interrupted():
+            return None
+        time.sleep(0.02)
+    if had_joined and workers_alive(process) and not workers_done(generation, nproc_per_node):
+        log.warning("workers of %s missed their deadline: killed", generation.rendezvous_id)
+    # The workers checkpointed and reported their end (or never trained): what is left
+    # is process teardown and torch's exit barrier, so the launcher goes now.
+    kill(process)
+    return had_joined
 
 
 def workers_alive(process: subprocess.Popen) -> bool:

@@ -7,6 +7,7 @@ the route does not accept), and the OpenAPI operation carries them as ``x-roles`
 
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from interstice.api.schemas import ErrorDetail, Role
@@ -30,7 +31,7 @@ def require(*accepted: Role) -> Any:
         HTTPException: 401 (no or unknown token), 403 (role not accepted).
     """
 
-    def principal(
+    async def principal(
         service: ServiceDep,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> Principal:
@@ -40,7 +41,10 @@ def require(*accepted: Role) -> Any:
                 "missing bearer token",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        who = service.authenticate(credentials.credentials)
+        token = credentials.credentials
+        who = service.cached_principal(token) or await anyio.to_thread.run_sync(
+            service.authenticate, token
+        )
         if who is None:
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,

@@ -102,6 +102,10 @@ class Service:
         if changes.stale:
             self.on_stale()
 
+    def cached_principal(self, token: str) -> Principal | None:
+        """The principal of a token seen before (no database access), or None."""
+        return self._tokens.get(hash_token(token))
+
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a bearer token, or None (tokens are immutable, so cached)."""
         digest = hash_token(token)
@@ -333,29 +337,40 @@ class Service:
             raise NotFound(f"agent {agent_id} not found; register again")
         return agent
 
+    def alive_agent(self, agent_id: str) -> int | None:
+        """The numeric id of an agent holding a lease (no database access), or None."""
+        number = parse_id(agent_id, "a")
+        return number if number is not None and number in self._leases else None
+
     def known_agent(self, agent_id: str) -> int:
         """The numeric id of an existing agent. Raises NotFound."""
-        number = parse_id(agent_id, "a")
-        if number is not None and number in self._leases:
+        number = self.alive_agent(agent_id)
+        if number is not None:
             return number
         with self.db.read() as session:
             return self._agent(session, agent_id).id
+
+    def renew_lease(self, agent_id: str, body: schemas.Heartbeat) -> bool:
+        """The in-memory part of a heartbeat: renew the lease and keep the report of an alive
+        agent that reports no progress. False when :meth:`heartbeat` must run (unknown or
+        lost agent, or ``samples_done`` to record)."""
+        number = self.alive_agent(agent_id)
+        if number is None or (body.job_id is not None and body.samples_done is not None):
+            return False
+        with self._lease_lock:
+            self._leases[number] = time.monotonic()
+            self._reports[number] = body.model_dump()
+        return True
 
     def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
         """Renew the agent's lease, keep its report, record its job's progress.
 
         A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only a revival
-        or new progress writes to the database; the lease itself lives in memory and is
-        flushed by :meth:`sweep`.
+        or new progress writes to the database; the lease itself lives in memory
+        (:meth:`renew_lease`) and is flushed by :meth:`sweep`.
         """
-        number = parse_id(agent_id, "a")
         job_number = None if body.job_id is None else parse_id(body.job_id, "j")
-        with self._lease_lock:
-            alive = number is not None and number in self._leases
-            if alive:
-                self._leases[number] = time.monotonic()  # type: ignore[index]
-                self._reports[number] = body.model_dump()  # type: ignore[index]
-        if alive and (job_number is None or body.samples_done is None):
+        if self.renew_lease(agent_id, body):
             return schemas.HeartbeatAnswer(agent_id=agent_id, state="alive")
         changes = Changes()
         with self.db.write() as session:
@@ -371,6 +386,7 @@ class Service:
             number = agent.id
         with self._lease_lock:
             self._leases[number] = time.monotonic()
+            self._reports[number] = body.model_dump()
         self.after_commit(changes)
         return schemas.HeartbeatAnswer(agent_id=agent_id, state="alive")
 

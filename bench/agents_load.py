@@ -199,24 +199,35 @@ def quantiles(values: list[float]) -> tuple[float | None, float | None]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
+AGENTS_PER_CLIENT = 250
+"""Agents sharing one httpx.AsyncClient (its connection pool slows down when very large)."""
+
+
 async def run(args: argparse.Namespace, url: str) -> None:
     stats = Stats()
     stop = asyncio.Event()
+    per_client = min(AGENTS_PER_CLIENT, args.agents)
     limits = httpx.Limits(
-        max_connections=2 * args.agents + 50, max_keepalive_connections=2 * args.agents + 50
+        max_connections=2 * per_client + 10, max_keepalive_connections=2 * per_client + 10
     )
     agent_auth = {"Authorization": f"Bearer {args.tokens['agent']}"}
-    async with httpx.AsyncClient(
-        base_url=url, limits=limits, timeout=httpx.Timeout(90), headers=agent_auth
-    ) as client:
+    clients = [
+        httpx.AsyncClient(
+            base_url=url, limits=limits, timeout=httpx.Timeout(90), headers=agent_auth
+        )
+        for _ in range(-(-args.agents // per_client))
+    ]
+    client = clients[0]
+    try:
         began = time.perf_counter()
-        gate = asyncio.Semaphore(100)
+        gate = asyncio.Semaphore(50)
 
-        async def register(i: int) -> tuple[str, str] | None:
+        async def register(i: int) -> tuple[httpx.AsyncClient, str, str] | None:
             node = f"node{i:05d}"
+            own = clients[i // per_client]
             async with gate:
                 r = await request(
-                    client,
+                    own,
                     stats,
                     "POST",
                     "/v1/agents",
@@ -227,7 +238,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
                         "report_idle": True,
                     },
                 )
-            return (r.json()["agent_id"], node) if r is not None and r.is_success else None
+            return (own, r.json()["agent_id"], node) if r is not None and r.is_success else None
 
         agents = [a for a in await asyncio.gather(*(register(i) for i in range(args.agents))) if a]
         print(
@@ -241,10 +252,10 @@ async def run(args: argparse.Namespace, url: str) -> None:
             ),
             flush=True,
         )
-        tasks = [asyncio.create_task(agent_loop(client, stats, a, n, stop)) for a, n in agents]
+        tasks = [asyncio.create_task(agent_loop(c, stats, a, n, stop)) for c, a, n in agents]
         tasks += [
-            asyncio.create_task(heartbeat_loop(client, stats, a, args.heartbeat_s, stop))
-            for a, _ in agents
+            asyncio.create_task(heartbeat_loop(c, stats, a, args.heartbeat_s, stop))
+            for c, a, _ in agents
         ]
         user = {"Authorization": f"Bearer {args.tokens['user']}"}
         for _ in range(max(1, args.agents // 20)):
@@ -278,11 +289,17 @@ async def run(args: argparse.Namespace, url: str) -> None:
         await scheduler(client, stats, args, stop)
         await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
         elapsed = time.perf_counter() - began
-        solver = solver_summary((await client.get("/metrics")).text)
+        metrics_text = (await client.get("/metrics")).text
+        solver = solver_summary(metrics_text)
+        if os.environ.get("BENCH_DUMP_METRICS"):
+            Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
         stop.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        for own in clients:
+            await own.aclose()
     reclaim = quantiles(stats.reclaim_s)
     allocation = quantiles(stats.allocation_s)
     print(
@@ -320,7 +337,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=5000)
     parser.add_argument("--duration-s", type=float, default=60)
     parser.add_argument("--heartbeat-s", type=float, default=10)
-    parser.add_argument("--reclaims-per-s", type=int, default=10)
+    parser.add_argument("--reclaims-per-s", type=int, default=2)
     parser.add_argument("--idle-after-s", type=float, default=5)
     parser.add_argument("--warmup-s", type=float, default=120)
     parser.add_argument("--max-run-s", type=float, default=600)

@@ -1,117 +1,218 @@
 """Rescale latency of the node agents: from a rescale command to the first step at the new
-world size, up and down, with 4 local nodes on CPU/gloo.
+world size, up and down.
 
-Drives the full stack on this machine (``interstice.agents.local_cluster``): the service on
-SQLite and 4 ``interstice agent`` subprocesses, each a node of its own; node events
-(``idle``, or ``busy`` with a grace period: a reclaim) make the service rescale the job.
-Times come from two clocks of one machine: the command's time is the rescale the service
-recorded (``job.rescales[-1].at``, when it wrote the commands), the end is the latest
-``step`` log line of the first step at the new world size, over every rank. Also printed:
-``exit_s`` (old workers checkpointed and gone), ``resume_s`` (new workers rendezvoused and
-loaded the checkpoint). Before each measured rescale the cluster settles ``--settle-s`` so
-each agent's spare launcher (torch imported ahead) is ready.
+Two ways to drive 4 local nodes (``--stack``):
+
+- ``service`` (default, CPU/gloo): the full stack of ``interstice.agents.local_cluster``:
+  the service on SQLite and 4 ``interstice agent`` subprocesses; node events (``idle``, or
+  ``busy`` with a grace period: a reclaim) make the service rescale the job. The command's
+  time is the rescale the service recorded (``job.rescales[-1].at``, when it wrote the
+  commands), so the time includes command delivery.
+- ``launcher``: no service; the agents' launchers (``interstice.agents.launcher``) driven
+  directly, as each agent would on a command: end the old generation, launch the new one.
+  The command's time is when the bench "sends" it. With ``--world-sizes 1,1`` this times a
+  restart (new rendezvous, checkpoint, resume) of one node, e.g. on one GPU with nccl.
+
+The end is the latest ``step`` log line of the first step at the new world size, over every
+rank (one machine, one clock). Also printed: ``exit_s`` (old workers checkpointed and
+reported their end), ``resume_s`` (new workers rendezvoused and loaded the checkpoint).
+Before each timed rescale the nodes settle ``--settle-s`` so each agent's spare launcher
+(torch imported ahead) is ready: on a loaded 2-core machine the import takes 5-10 s.
 
 BFTrainer (Horovod on Summit) reports 18 s up and 12 s down; the goal here is <= 5 s.
 
-Usage: python bench/rescale.py [--repeats 2] [--settle-s 15]   (JSON lines on stdout)
+Usage: python bench/rescale.py [--stack service|launcher] [--repeats 2] [--settle-s 20]
+       [--world-sizes 2,4,3]     (JSON lines on stdout)
 """
 
 import argparse
 import json
+import os
 import platform
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
-from interstice.agents.local_cluster import LocalCluster
+from interstice.agents import launcher
+from interstice.agents.local_cluster import LocalCluster, free_ports
+from interstice.agents.protocol import parse_command
 
 NODES = ["n0", "n1", "n2", "n3"]
 SCALABILITY_CSV = "model,nodes,samples_per_s\n" + "".join(
     f"tinycnn,{nodes},{100.0 * nodes}\n" for nodes in range(5)
 )
+JOB = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 4, "total_samples": 1e8, "batch_size": 8}
 
 
-def measure(cluster: LocalCluster, job_id: str, world_size: int, generation: int) -> dict:
-    """Wait for ``generation`` of the job at ``world_size``; the rescale's timings."""
-    job = cluster.wait_for(
-        lambda: (
-            (j := cluster.request("user", "GET", f"/v1/jobs/{job_id}"))["generation"] >= generation
-            and j
-        ),
-        60,
-        f"generation {generation}",
-    )
-    commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
-
-    def first_steps() -> list[dict]:
-        records = cluster.worker_records(job_id)
-        new = [r for r in records if r["time"] >= commanded and r["world_size"] == world_size]
-        steps = [r for r in new if r["event"] == "step"]
-        ranks = {r["rank"] for r in steps}
-        return new if len(ranks) == world_size else []
-
-    new = cluster.wait_for(first_steps, 90, f"first step at world size {world_size}")
-    old_exits = [
-        r["time"]
-        for r in cluster.worker_records(job_id)
-        if r["event"] == "exit" and r["time"] >= commanded
-    ]
-    first_step = min(r["step"] for r in new if r["event"] == "step")
-    step_done = max(r["time"] for r in new if r["event"] == "step" and r["step"] == first_step)
+def timings(records: list[dict], commanded: float, world_size: int) -> dict | None:
+    """The rescale's timings from the step logs, or None before every new rank stepped."""
+    new = [r for r in records if r["time"] >= commanded and r["world_size"] == world_size]
+    steps = [r for r in new if r["event"] == "step"]
+    if {r["rank"] for r in steps} != set(range(world_size)):
+        return None
+    first_step = min(r["step"] for r in steps)
+    exits = [r["time"] for r in records if r["event"] == "exit" and r["time"] >= commanded]
     return {
-        "from_world_size": len(job["rescales"][-1]["from_nodes"]),
         "world_size": world_size,
-        "exit_s": round(max(old_exits) - commanded, 3) if old_exits else None,
+        "exit_s": round(max(exits) - commanded, 3) if exits else None,
         "resume_s": round(max(r["time"] for r in new if r["event"] == "resume") - commanded, 3),
-        "first_step_s": round(step_done - commanded, 3),
+        "first_step_s": round(
+            max(r["time"] for r in steps if r["step"] == first_step) - commanded, 3
+        ),
     }
+
+
+def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
+    """Rescales made by the service from node events (see the module docstring)."""
+    cluster = LocalCluster(root, NODES, heartbeat_s=1.0, scalability_csv=SCALABILITY_CSV)
+    cluster.start()
+    try:
+
+        def measure(world_size: int, generation: int) -> dict:
+            job = cluster.wait_for(
+                lambda: (
+                    (j := cluster.request("user", "GET", f"/v1/jobs/{job_id}"))["generation"]
+                    >= generation
+                    and j
+                ),
+                60,
+                f"generation {generation}",
+            )
+            commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
+            result = cluster.wait_for(
+                lambda: timings(cluster.worker_records(job_id), commanded, world_size),
+                90,
+                f"first step at world size {world_size}",
+            )
+            return {"from_world_size": len(job["rescales"][-1]["from_nodes"]), **result}
+
+        cluster.node_events("idle", NODES[:2])
+        job_id = cluster.request("user", "POST", "/v1/jobs", json=JOB)["job_id"]
+        generation = 1
+        emit("start", measure(2, generation))
+        for _ in range(args.repeats):
+            time.sleep(args.settle_s)
+            generation += 1
+            cluster.node_events("idle", NODES[2:])
+            emit("up", measure(4, generation))
+            time.sleep(args.settle_s)
+            generation += 1
+            cluster.node_events("busy", NODES[3:], grace_s=10.0)
+            emit("down", measure(3, generation))
+            time.sleep(args.settle_s)
+            generation += 1
+            cluster.node_events("idle", NODES[3:])
+            emit("up", measure(4, generation))
+            time.sleep(args.settle_s)
+            generation += 1
+            cluster.node_events("busy", NODES[2:], grace_s=10.0)
+            emit("down", measure(2, generation))
+    finally:
+        cluster.close()
+
+
+def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
+    """Rescales made by driving each node's launcher directly (see the module docstring)."""
+    # Several nodes share this machine's cores: one thread per worker, or they thrash.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    world_sizes = [int(size) for size in args.world_sizes.split(",")]
+    nodes = NODES[: max(world_sizes)]
+    launchers = {
+        node: launcher.Launcher(
+            root / node, node, "127.0.0.1", free_ports(2), 1, 60.0, ["--checkpoint-every", "20"]
+        )
+        for node in nodes
+    }
+    running: dict[str, launcher.Generation] = {}
+    job_id = "j-bench"
+    try:
+        for launcher_ in launchers.values():
+            launcher_.warm()
+        previous = 0
+        for generation, world_size in enumerate(world_sizes * args.repeats, start=1):
+            time.sleep(args.settle_s)
+            members = nodes[:world_size]
+            endpoint = f"127.0.0.1:{launchers[members[0]].ports[generation % 2]}"
+            commanded = time.time()
+
+            def act(
+                node: str,
+                generation: int = generation,
+                world_size: int = world_size,
+                members: list[str] = members,
+                endpoint: str = endpoint,
+            ) -> None:
+                # One agent's part of a rescale: end the old generation, launch the new one.
+                old = running.pop(node, None)
+                if old is not None:
+                    launcher.end_generation(old, time.monotonic() + 30.0, 1)
+                if node in members:
+                    command = parse_command(
+                        {
+                            "command_id": generation,
+                            "kind": "rescale",
+                            "job_id": job_id,
+                            "world_size": world_size,
+                            "rendezvous_endpoint": endpoint,
+                            "rendezvous_id": f"{job_id}-g{generation}",
+                            "job": {**JOB, "checkpoint_dir": str(root / "checkpoints")},
+                        }
+                    )
+                    running[node] = launchers[node].launch(command)
+
+            threads = [threading.Thread(target=act, args=(node,)) for node in nodes]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+            def records() -> list[dict]:
+                found = []
+                for node in nodes:
+                    for path in (root / node / job_id).glob("steps-*.jsonl"):
+                        found += [json.loads(line) for line in path.read_text().splitlines()]
+                return sorted(found, key=lambda record: record["time"])
+
+            deadline = time.monotonic() + 120
+            while (result := timings(records(), commanded, world_size)) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no step at world size {world_size} in 120 s")
+                time.sleep(0.05)
+            kind = "start" if previous == 0 else "up" if world_size > previous else "down"
+            if world_size == previous:
+                kind = "restart"
+            emit(kind, {"from_world_size": previous, **result})
+            previous = world_size
+            for node in members:
+                launchers[node].warm()  # the next spare, as the agent does after its ack
+    finally:
+        for generation_ in running.values():
+            launcher.kill(generation_.process)
+        for launcher_ in launchers.values():
+            launcher_.close_spare()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="up/down pairs to time")
-    parser.add_argument("--settle-s", type=float, default=15.0, help="wait before a rescale")
+    parser.add_argument("--stack", choices=["service", "launcher"], default="service")
+    parser.add_argument("--repeats", type=int, default=1, help="times the sequence is run")
+    parser.add_argument("--settle-s", type=float, default=20.0, help="wait before a rescale")
+    parser.add_argument(
+        "--world-sizes", default="2,4,3,4,2", help="launcher stack: the sequence of world sizes"
+    )
     parser.add_argument("--keep", type=Path, help="keep logs here (default: a temporary folder)")
     args = parser.parse_args()
     machine = f"{platform.machine()} {platform.node()}"
+
+    def emit(kind: str, result: dict) -> None:
+        line = {"bench": "rescale", "stack": args.stack, "kind": kind, "machine": machine}
+        print(json.dumps({**line, **result}), flush=True)
+
     with tempfile.TemporaryDirectory(prefix="interstice-bench-") as tmp:
-        cluster = LocalCluster(
-            args.keep or Path(tmp), NODES, heartbeat_s=1.0, scalability_csv=SCALABILITY_CSV
-        )
-        cluster.start()
-        try:
-            cluster.node_events("idle", NODES[:2])
-            job = cluster.request(
-                "user",
-                "POST",
-                "/v1/jobs",
-                json={
-                    "model": "tinycnn",
-                    "min_nodes": 1,
-                    "max_nodes": 4,
-                    "total_samples": 1e8,
-                    "batch_size": 8,
-                },
-            )
-            job_id, generation = job["job_id"], 1
-            result = measure(cluster, job_id, 2, generation)
-            print(json.dumps({"bench": "rescale", "kind": "start", "machine": machine, **result}))
-            for _ in range(args.repeats):
-                time.sleep(args.settle_s)
-                generation += 1
-                cluster.node_events("idle", NODES[2:])
-                result = measure(cluster, job_id, 4, generation)
-                print(json.dumps({"bench": "rescale", "kind": "up", "machine": machine, **result}))
-                time.sleep(args.settle_s)
-                generation += 1
-                cluster.node_events("busy", NODES[2:], grace_s=10.0)
-                result = measure(cluster, job_id, 2, generation)
-                print(
-                    json.dumps({"bench": "rescale", "kind": "down", "machine": machine, **result})
-                )
-        finally:
-            cluster.close()
+        root = args.keep or Path(tmp)
+        (service_stack if args.stack == "service" else launcher_stack)(root, args, emit)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,14 @@ def main() -> None:
             seconds = run_group(
                 _worker,
                 workers,
-                (args.model, parallelism, args.device, args.steps, args.batch_size, args.image_size),
+                (
+                    args.model,
+                    parallelism,
+                    args.device,
+                    args.steps,
+                    args.batch_size,
+                    args.image_size,
+                ),
                 backend=args.backend,
                 threads_per_rank=args.threads_per_rank,
             )

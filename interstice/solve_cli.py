@@ -48,6 +48,8 @@ def solve(
         text = snapshot.read_text()
     except OSError as exc:
         fail(f"{snapshot}: cannot read the snapshot: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        fail(f"{snapshot}: the snapshot is not UTF-8 text")
     try:
         problem = Problem.model_validate_json(text)
     except ValidationError as exc:

@@ -19,9 +19,10 @@ CBC_OPTIONS = {
     "options": ["strong 0", "preprocess off", "heuristics off"],
 }
 """CBC with presolve, cuts, strong branching, preprocessing and heuristics off: the model's
-LP relaxation is nearly integral (a multiple-choice knapsack has at most two fractional
-binaries), so they only cost time: median CBC CPU time 22 -> 6.5 ms (10 jobs x 128 nodes)
-and 124 -> 47 ms (200 jobs x 10,000 nodes x 4 depths), same optima (bench instances)."""
+LP relaxation is nearly integral (a multiple-choice knapsack's has at most two fractional
+binaries), so they only cost time. Median CBC CPU time against the defaults: 20 -> 6.1 ms
+(10 jobs x 128 nodes, 8 instances) and 0.78 -> 0.12 s (200 jobs x 10,000 nodes x 4 depths,
+capacity binding, 3 instances), same optima (bench/solve.py instances)."""
 
 
 def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
@@ -77,7 +78,15 @@ def run(model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float) ->
     return BackendAnswer(values=values, status=status, termination=termination)
 
 
-def solve(options: Options, capacity: int, time_limit_s: float) -> BackendAnswer:
-    """Build and solve the formulation with CBC."""
+def solve(options: Options, capacity: int, time_limit_s: float, hint: np.ndarray) -> BackendAnswer:
+    """Build and solve the formulation with CBC.
+
+    Args:
+        options: the scored options.
+        capacity: number of idle nodes N.
+        time_limit_s: wall-clock limit of CBC, seconds.
+        hint: the greedy choice; unused: a CBC warm start (PuLP writes it to an .mst file)
+            made CBC slower, not faster, on the benchmark instances.
+    """
     model, z = build(options, capacity)
     return run(model, z, time_limit_s)

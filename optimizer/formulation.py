@@ -68,6 +68,12 @@ option is dropped when an option of the same job with fewer nodes is worth at le
 (swapping to it keeps (1)-(2) and loses nothing). What remains has values strictly
 increasing in n per job: at most 1 + max count binaries per job, whatever N and the number
 of depths.
+
+Solving (:func:`interstice.optimizer.solve`): the LP relaxation of (1)-(2) is solved exactly
+by the greedy over each job's upper concave hull of (n, v) (Sinha & Zoltners); when that LP
+optimum is integral (no hull step had to be cut: the idle pool covers every worthwhile step,
+or runs out exactly at one) it is the MILP optimum and no solver runs. Otherwise CBC or CP-SAT
+solves (1)-(2), with the greedy answer as CP-SAT's hint and as the fallback.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
     remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
-    answer = module.solve(options, capacity, remaining_s)
+    answer = module.solve(options, capacity, remaining_s, greedy_chosen)
     if answer.values is None:
         return make_allocation(
             problem,

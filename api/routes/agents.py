@@ -47,13 +47,15 @@ def list_agents(service: ServiceDep, _: AdminToken) -> AgentsPublic:
 
 
 @router.post("/{agent_id}/heartbeat", **roles("agent", errors=(400, 404)))
-def heartbeat(
+async def heartbeat(
     agent_id: str, body: Heartbeat, service: ServiceDep, _: AgentToken
 ) -> HeartbeatAnswer:
     """Renew the agent's lease and report what its workers run; the job keeps the maximum
     ``samples_done`` and finishes at ``total_samples``. 404: unknown agent, register again.
     Roles: agent."""
-    return service.heartbeat(agent_id, body)
+    if service.renew_lease(agent_id, body):  # the common case stays on the event loop
+        return HeartbeatAnswer(agent_id=agent_id, state="alive")
+    return await anyio.to_thread.run_sync(service.heartbeat, agent_id, body)
 
 
 @router.delete(
@@ -75,7 +77,9 @@ async def poll_commands(
     """Long-poll: every pending command of the agent, oldest first, at once when there is
     one; else after at most ``wait`` seconds, none. A command is answered again until
     acknowledged. Roles: agent."""
-    number = await anyio.to_thread.run_sync(service.known_agent, agent_id)
+    number = service.alive_agent(agent_id) or await anyio.to_thread.run_sync(
+        service.known_agent, agent_id
+    )
     woken = service.notifier.subscribe(number)
     answer = await anyio.to_thread.run_sync(service.commands, number)
     wait_s = min(wait, service.settings.max_poll_wait_s)

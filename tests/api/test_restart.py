@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import ROLES, SCALABILITY_CSV, free_port
-
 from interstice.api.db import Database
 from interstice.api.service import create_token
 

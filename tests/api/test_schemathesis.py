@@ -15,16 +15,15 @@ import schemathesis
 import uvicorn
 from api_helpers import ROLES, SCALABILITY_CSV, free_port
 from hypothesis import HealthCheck, settings
+from interstice.api.main import create_app
+from interstice.api.service import create_token
+from interstice.api.settings import Settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
-
-from interstice.api.main import create_app
-from interstice.api.service import create_token
-from interstice.api.settings import Settings
 
 schemathesis.serializer.alias("text/csv", "text/plain")
 SCHEMA = schemathesis.openapi.from_dict(create_app(Settings(db_url="sqlite://")).openapi())

@@ -71,6 +71,11 @@ def test_missing_file_and_bad_time_limit_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, [str(tmp_path / "absent.json")])
     assert result.exit_code == 2
     assert "absent.json: cannot read the snapshot" in result.stderr
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    result = runner.invoke(app, [str(binary)])
+    assert result.exit_code == 2
+    assert "binary.json: the snapshot is not UTF-8 text" in result.stderr
     path = write(tmp_path, PROBLEM.model_dump_json())
     result = runner.invoke(app, [str(path), "--time-limit", "0"])
     assert result.exit_code == 2

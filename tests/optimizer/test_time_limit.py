@@ -33,7 +33,7 @@ def test_tiny_limit_on_a_large_instance_answers_validly(large_table, backend: st
 
 @pytest.mark.parametrize("module", [cbc_backend, cpsat_backend])
 def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> None:
-    def no_incumbent(options, capacity, time_limit_s):
+    def no_incumbent(options, capacity, time_limit_s, hint):
         return BackendAnswer(values=None, status=None, termination="UNKNOWN")
 
     monkeypatch.setattr(module, "solve", no_incumbent)

@@ -1,0 +1,160 @@
+"""The agent's handling of commands, against a fake service (httpx.MockTransport).
+
+Bad commands are acknowledged with ``ok: false`` and the error, and the agent keeps going;
+a 404 makes it register again. The last tests launch real (failing) launchers: an unknown
+model and an unreachable rendezvous end in an error ack, not in a crash.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from interstice.agents.agent import Agent, AgentConfig
+from interstice.agents.client import ServiceClient
+from interstice.agents.launcher import Launcher
+from interstice.agents.local_cluster import free_ports
+from interstice.agents.protocol import BadCommand, parse_command
+
+
+class FakeService:
+    """Records every request; answers registrations, acks and heartbeats."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict]] = []
+        self.forget_agent = False
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        self.requests.append((request.method, request.url.path, body))
+        if request.url.path == "/v1/agents":
+            return httpx.Response(201, json={"agent_id": "a-1", "heartbeat_interval_s": 1.0})
+        if self.forget_agent:
+            self.forget_agent = False
+            return httpx.Response(404, json={"detail": "unknown agent a-1"})
+        return httpx.Response(200, json={})
+
+    def acks(self) -> list[tuple[str, dict]]:
+        return [(path, body) for method, path, body in self.requests if path.endswith("/ack")]
+
+
+def make_agent(tmp_path: Path, service: FakeService, join_timeout_s: float = 60.0) -> Agent:
+    config = AgentConfig(
+        server="http://service",
+        token="tok",
+        node="n0",
+        host="127.0.0.1",
+        ports=free_ports(2),
+        workdir=tmp_path,
+        join_timeout_s=join_timeout_s,
+    )
+    client = ServiceClient(config.server, config.token, transport=httpx.MockTransport(service))
+    agent = Agent(config, client=client)
+    agent._register()
+    return agent
+
+
+def command(**changes: object) -> dict:
+    payload = {
+        "command_id": 7,
+        "kind": "start",
+        "job_id": "j-1",
+        "world_size": 2,
+        "rendezvous_endpoint": "127.0.0.1:29400",
+        "rendezvous_id": "j-1-g1",
+        "spb_depth": 0,
+        "job": {
+            "model": "tinycnn",
+            "parallelism": "dp",
+            "batch_size": 8,
+            "total_samples": 1000.0,
+            "min_nodes": 2,
+            "max_nodes": 4,
+            "entrypoint": "interstice.agents.worker",
+            "command": None,
+            "checkpoint_dir": "/tmp/unused",
+        },
+    }
+    return {**payload, **changes}
+
+
+def test_a_world_size_below_the_jobs_minimum_is_a_bad_command() -> None:
+    with pytest.raises(BadCommand, match="world_size 1 is outside the job's"):
+        parse_command(command(world_size=1))
+
+
+def test_a_start_without_rendezvous_or_with_a_bad_endpoint_is_a_bad_command() -> None:
+    with pytest.raises(BadCommand, match="needs rendezvous_endpoint"):
+        parse_command(command(rendezvous_endpoint=None))
+    with pytest.raises(BadCommand, match="is not host:port"):
+        parse_command(command(rendezvous_endpoint="node-3"))
+    with pytest.raises(BadCommand, match="kind"):
+        parse_command(command(kind="explode"))
+
+
+def test_only_the_node_whose_host_and_port_the_endpoint_names_hosts_the_store() -> None:
+    launcher = Launcher(Path("/tmp"), "n0", "10.0.0.5", [29400, 29401], 1, 60.0, [])
+    assert launcher.is_host("10.0.0.5:29401")
+    assert not launcher.is_host("10.0.0.5:29500")  # another agent on the same host
+    assert not launcher.is_host("10.0.0.6:29400")
+
+
+def test_bad_commands_are_acked_with_their_error_and_the_agent_keeps_going(
+    tmp_path: Path,
+) -> None:
+    service = FakeService()
+    agent = make_agent(tmp_path, service)
+    agent._execute(command(command_id=1, world_size=1))
+    agent._execute(command(command_id=2, kind="stop", job_id="j-404"))
+    acks = service.acks()
+    assert [path for path, _ in acks] == [
+        "/v1/agents/a-1/commands/1/ack",
+        "/v1/agents/a-1/commands/2/ack",
+    ]
+    assert acks[0][1]["ok"] is False and "world_size 1 is outside" in acks[0][1]["error"]
+    assert acks[1][1]["ok"] is False and "unknown job 'j-404'" in acks[1][1]["error"]
+    assert agent.generation is None
+
+
+def test_an_agent_the_service_forgot_registers_again(tmp_path: Path) -> None:
+    service = FakeService()
+    agent = make_agent(tmp_path, service)
+    service.forget_agent = True
+    agent._guarded(agent.client.heartbeat, agent.heartbeat_body())
+    registrations = [r for r in service.requests if r[:2] == ("POST", "/v1/agents")]
+    assert len(registrations) == 2
+    assert registrations[-1][2]["node"] == "n0"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"job": {**command()["job"], "model": "no-such-net"}}, "unknown model 'no-such-net'"),
+        # Nobody listens there and this node does not host it: the rendezvous fails.
+        ({"rendezvous_endpoint": f"127.0.0.1:{free_ports(1)[0]}"}, "launch failed"),
+    ],
+    ids=["unknown-model", "unreachable-rendezvous"],
+)
+def test_a_launch_that_fails_is_acked_with_its_error(
+    tmp_path: Path, changes: dict, error: str
+) -> None:
+    pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
+    service = FakeService()
+    agent = make_agent(tmp_path, service, join_timeout_s=3.0)
+    try:
+        agent._execute(command(**changes))
+        deadline = time.monotonic() + 90
+        while not service.acks() and time.monotonic() < deadline:
+            agent._check_pending_ack()
+            time.sleep(0.1)
+    finally:
+        agent.launcher.close_spare()
+        if agent.generation is not None:
+            agent.generation.process.kill()
+    ((path, body),) = service.acks()
+    assert path == "/v1/agents/a-1/commands/7/ack"
+    assert body["ok"] is False
+    assert error in body["error"]
