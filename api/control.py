@@ -77,6 +77,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             return None
         objective = service.objective(session)
         in_pool = set(pool)
+        held = state.holdings(session)
         problem_jobs = []
         for job in jobs:
             if job.model not in table.models:
@@ -91,7 +92,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                     model=job.model,
                     min_nodes=job.min_nodes,
                     max_nodes=min(job.max_nodes, largest),
-                    nodes=tuple(n for n in state.held_nodes(session, job.id) if n in in_pool),
+                    nodes=tuple(n for n in held.get(job.id, ()) if n in in_pool),
                     spb_depth=job.spb_depth if job.spb_depth in depths else min(depths),
                     spb_depths=depths,
                     priority=job.priority,
@@ -130,6 +131,7 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
     changes = Changes()
     with service.db.write() as session:
         pool = set(state.allocatable_nodes(session))
+        held = state.holdings(session)
         moves = []
         for share in allocation.jobs:
             number = parse_id(share.job_id, "j")
@@ -139,7 +141,7 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
             target = [n for n in share.node_names if n in pool]
             if len(target) < job.min_nodes:
                 target = []
-            growth = len(target) - len(state.held_nodes(session, job.id))
+            growth = len(target) - len(held.get(job.id, ()))
             moves.append((growth, job.id, job, target, share.spb_depth))
         for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s

@@ -37,7 +37,7 @@ from interstice.api.tables import (
     utcnow,
 )
 from interstice.optimizer import ScalabilityTable
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 log = logging.getLogger("interstice.api")
@@ -89,6 +89,7 @@ class Service:
         self._tokens: dict[str, Principal] = {}
         self._leases: dict[int, float] = {}
         self._reports: dict[int, dict[str, Any]] = {}
+        self._renewed: set[int] = set()
         self._lease_lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -360,6 +361,7 @@ class Service:
         with self._lease_lock:
             self._leases[number] = time.monotonic()
             self._reports[number] = body.model_dump()
+            self._renewed.add(number)
         return True
 
     def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
@@ -422,28 +424,38 @@ class Service:
         return schemas.AgentsPublic(data=data, count=len(data))
 
     def sweep(self) -> None:
-        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost; flush leases.
+        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost; write the leases
+        and reports renewed since the last sweep to the database (one bulk update).
 
         A lease starts no earlier than this process did, so a restart does not lose agents.
         """
         limit_s = self.settings.missed_heartbeats_lost * self.settings.heartbeat_interval_s
-        now = time.monotonic()
+        now, wall = time.monotonic(), utcnow()
         with self._lease_lock:
             leases = dict(self._leases)
-            reports = dict(self._reports)
+            renewed, self._renewed = self._renewed, set()
+            reports = {a: self._reports[a] for a in renewed if a in self._reports}
         changes = Changes()
         with self.db.write() as session:
-            for agent in session.scalars(select(Agent).where(Agent.state == "alive")):
-                seen = leases.get(agent.id, self._started)
-                if now - seen > limit_s:
-                    log.info("agent %s on %s lost", agent.agent_id, agent.node)
-                    state.agent_gone(session, agent, "lost", changes)
-                    with self._lease_lock:
-                        self._leases.pop(agent.id, None)
-                elif agent.id in leases:
-                    agent.last_heartbeat_at = utcnow() - timedelta(seconds=now - seen)
-                    if agent.id in reports:
-                        agent.report = reports[agent.id]
+            alive = session.scalars(select(Agent.id).where(Agent.state == "alive")).all()
+            silent = [a for a in alive if now - leases.get(a, self._started) > limit_s]
+            for agent in session.scalars(select(Agent).where(Agent.id.in_(silent))):
+                log.info("agent %s on %s lost", agent.agent_id, agent.node)
+                state.agent_gone(session, agent, "lost", changes)
+            fresh = [
+                {
+                    "id": a,
+                    "last_heartbeat_at": wall - timedelta(seconds=now - leases[a]),
+                    "report": reports.get(a),
+                }
+                for a in renewed
+                if a in leases and a not in silent
+            ]
+            if fresh:
+                session.execute(update(Agent), fresh)
+        with self._lease_lock:
+            for agent_id in silent:
+                self._leases.pop(agent_id, None)
         self.after_commit(changes)
 
     def commands(self, agent_id: int) -> schemas.CommandsPublic:

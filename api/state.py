@@ -71,6 +71,19 @@ def held_nodes(session: Session, job_id: int) -> list[str]:
     return sorted(session.scalars(select(Node.name).where(Node.holder_job_id == job_id)))
 
 
+def holdings(session: Session) -> dict[int, list[str]]:
+    """Nodes held per job id, sorted by name (one query for all jobs)."""
+    held: dict[int, list[str]] = {}
+    rows = session.execute(
+        select(Node.holder_job_id, Node.name)
+        .where(Node.holder_job_id.is_not(None))
+        .order_by(Node.name)
+    )
+    for job_id, name in rows:
+        held.setdefault(job_id, []).append(name)
+    return held
+
+
 def allocatable_nodes(session: Session) -> list[str]:
     """Nodes that are idle and have an alive agent: the pool the optimizer fills, sorted."""
     rows = session.scalars(

@@ -23,10 +23,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
-
 from interstice.models.spb import forward
 from interstice.models.zoo import build_blocks
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def _sync(device: torch.device) -> None:

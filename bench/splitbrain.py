@@ -21,7 +21,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from interstice.models import build_trainer
 from interstice.models.launch import run_group
 from interstice.models.splitbrain import bytes_per_worker

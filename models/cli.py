@@ -45,10 +45,9 @@ def profile(
         import torch  # noqa: F401
     except ImportError:
         fail("interstice profile needs torch: pip install 'interstice[train]'")
-    from rich.progress import Progress
-
     from interstice.models import profiler
     from interstice.models.zoo import MODEL_NAMES
+    from rich.progress import Progress
 
     if extend is not None:
         text = _extend(extend, ratios)

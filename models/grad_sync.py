@@ -77,9 +77,7 @@ class BucketedAllReduce:
         self._divisors: list[float] = [1.0] * len(groups)
         self._active = False
         self._hooks = [
-            p.register_post_accumulate_grad_hook(self._on_grad)
-            for params in groups
-            for p in params
+            p.register_post_accumulate_grad_hook(self._on_grad) for params in groups for p in params
         ]
 
     def _add_bucket(self, params: list[nn.Parameter], group_index: int) -> None:

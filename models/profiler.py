@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
 from interstice.models.launch import run_group
 from interstice.models.progress import measure_progress
 from interstice.models.trainer import build_trainer
@@ -104,7 +103,9 @@ def check_request(model: str, nodes: list[int], depths: list[int], device: str) 
     with torch.device("meta"):  # shapes only: nothing allocated
         blocks = len(build_blocks(model))
     if bad := [d for d in depths if not 0 <= d < blocks]:
-        raise ValueError(f"--spb-depths {bad}: model {model!r} has {blocks} blocks (0..{blocks - 1})")
+        raise ValueError(
+            f"--spb-depths {bad}: model {model!r} has {blocks} blocks (0..{blocks - 1})"
+        )
     if bad := [n for n in nodes if n < 1]:
         raise ValueError(f"--nodes {bad}: node counts must be >= 1")
     if device not in ("cpu", "cuda"):
@@ -181,8 +182,14 @@ def write_table(rows: list[Row]) -> str:
     writer.writerow(TABLE_COLUMNS)
     for r in rows:
         writer.writerow(
-            [r.model, r.nodes, f"{r.samples_per_s:.1f}", r.spb_depth,
-             f"{r.progress_per_sample:.4f}", str(r.derived).lower()]
+            [
+                r.model,
+                r.nodes,
+                f"{r.samples_per_s:.1f}",
+                r.spb_depth,
+                f"{r.progress_per_sample:.4f}",
+                str(r.derived).lower(),
+            ]
         )
     return out.getvalue()
 

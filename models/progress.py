@@ -30,10 +30,9 @@ from functools import cache
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from interstice.models.spb import check_depth, full_ranks, num_full_workers, simulate_gradients
 from interstice.models.zoo import tinycnn
+from torch import nn
 
 WORLD_SIZE = 4
 FULL_FRACTION = 0.5

@@ -41,10 +41,9 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
-
 from interstice.models.grad_sync import BucketedAllReduce
 from interstice.models.trainer import Trainer
+from torch import nn
 
 
 def num_full_workers(world_size: int, full_fraction: float) -> int:

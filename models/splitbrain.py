@@ -36,10 +36,9 @@ Legend for tensor names: B batch, C channels, H height, W width, F features.
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
-
 from interstice.models.grad_sync import BucketedAllReduce
 from interstice.models.trainer import Trainer
+from torch import nn
 
 
 def _rows(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
@@ -179,7 +178,9 @@ def bytes_per_worker(blocks: nn.Sequential, world_size: int, hybrid: bool) -> in
     if hybrid:
         classifier = find_classifier(blocks)
         linears = [m for m in classifier.children() if isinstance(m, nn.Linear)]
-        for linear, dims in zip(linears[:2], ({"weight": 0, "bias": 0}, {"weight": 1}), strict=True):
+        for linear, dims in zip(
+            linears[:2], ({"weight": 0, "bias": 0}, {"weight": 1}), strict=True
+        ):
             for name, dim in dims.items():
                 p = getattr(linear, name)
                 sharded[id(p)] = p.tensor_split(world_size, dim)[0].numel()
@@ -238,8 +239,10 @@ class SplitBrainTrainer(Trainer):
         if name not in self._sharded:
             return local
         # Shards of tensor_split may differ in size by one; pad to the largest and trim.
-        sizes = [torch.tensor(local.shape[self._sharded[name]], device=local.device)
-                 for _ in range(self.world_size)]
+        sizes = [
+            torch.tensor(local.shape[self._sharded[name]], device=local.device)
+            for _ in range(self.world_size)
+        ]
         dist.all_gather(sizes, sizes[0].clone(), group=self.group)
         dim = self._sharded[name]
         largest = max(int(s) for s in sizes)

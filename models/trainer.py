@@ -16,9 +16,8 @@ from typing import Literal
 
 import torch
 import torch.distributed as dist
-from torch import nn
-
 from interstice.models.zoo import MODEL_NAMES, build_blocks, min_image_size
+from torch import nn
 
 MOMENTUM = 0.9
 PARALLELISMS = ("dp", "spb", "splitbrain")
@@ -89,8 +88,10 @@ class Trainer:
             ``{"model": {name: tensor}, "momentum": {param name: tensor}, "step": int}``;
             ``model`` has the keys of ``zoo.build_blocks(model).state_dict()``.
         """
-        model_state = {k: self._full_tensor(k, v).detach().cpu().clone() for k, v in
-                       self.model.state_dict().items()}
+        model_state = {
+            k: self._full_tensor(k, v).detach().cpu().clone()
+            for k, v in self.model.state_dict().items()
+        }
         momentum = {}
         for name, p in self.model.named_parameters():
             buf = self.optimizer.state.get(p, {}).get("momentum_buffer")

@@ -224,10 +224,13 @@ class Job(BaseModel):
         spb_depth: SPB depth it runs at now.
         spb_depths: depths it may be given; ``None`` means every depth the table measured
             for its model (a plain data-parallel job passes ``(0,)``).
-        priority: multiplier of its term in the objective, > 0.
-        samples_remaining: samples still to train; goodput over the horizon is capped here.
+        priority: multiplier of its term in the objective (raised to ``Weights.priority``),
+            > 0.
+        samples_remaining: samples of full-backprop progress still to train; goodput over the
+            horizon is capped here.
         rescale_up_s: seconds of lost progress when it grows (or starts).
-        rescale_down_s: seconds of lost progress when it shrinks.
+        rescale_down_s: seconds of lost progress when it shrinks, or changes SPB depth at
+            the same count.
     """
 
     model_config = Frozen
@@ -252,20 +255,26 @@ class Job(BaseModel):
             )
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"job {self.job_id!r}: a node is listed twice in nodes")
+        if self.spb_depths is not None and not self.spb_depths:
+            raise ValueError(f"job {self.job_id!r}: spb_depths is empty (None allows every depth)")
         return self
 
 
 class Weights(BaseModel):
     """Admin-tunable weights of the objective. The defaults are plain throughput.
 
+    Every term is in samples (eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`), with
+    u = the job's one-node samples/s x the horizon, what one node earns it over the horizon.
+
     Attributes:
         throughput: weight of goodput (samples over the forecast horizon).
         speedup: divide each job's term by its one-node rate (the "speedup" variant of
             BFTrainer's admin-defined metrics, arXiv 2106.12091), so small and large models
             weigh alike.
-        fairness: weight of the concave share term (see the formulation's docstring).
+        fairness: weight of the concave share term u x log2(1 + nodes).
         priority: exponent on each job's ``priority`` multiplier (0 ignores priorities).
-        churn: penalty per rescale, in the objective's units (see the formulation).
+        churn: penalty per rescale (a start, stop, resize or depth change), in units of u:
+            0.1 prices a rescale at a tenth of one node's work over the horizon.
     """
 
     model_config = Frozen

@@ -29,7 +29,7 @@ def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
         ValueError: a job has not exactly one chosen option (a solver bug).
     """
     on = values > 0.5
-    per_job = np.add.reduceat(on, options.start[:-1]) if len(on) else np.zeros(0)
+    per_job = np.add.reduceat(on.astype(int), options.start[:-1]) if len(on) else np.zeros(0)
     if np.any(per_job != 1):
         raise ValueError("solver answer violates constraint (1): not one option per job")
     return np.flatnonzero(on)

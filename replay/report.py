@@ -28,12 +28,15 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     Returns:
         A JSON-ready mapping: ``efficiency`` and ``utilization`` (fractions),
         ``samples_trained``, ``goodput_samples``, ``dedicated_samples`` (samples),
-        ``goodput_samples_per_s``, node-seconds, job counts, ``rescales``, ``preemptions``,
+        ``goodput_samples_per_s``, node-seconds, job counts, ``last_finish_s`` (when the last
+        finished job finished) and ``mean_completion_s`` (finish minus arrival, over finished
+        jobs; seconds of simulated time), ``rescales``, ``preemptions``,
         solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
         ``statuses`` and ``replay_wall_s``.
     """
     jobs = result.jobs
     goodput = sum(rec.goodput for rec in jobs)
+    finished = [rec for rec in jobs if rec.finished_s is not None]
     dedicated = sum(rec.dedicated_samples for rec in jobs)
     return {
         "efficiency": goodput / dedicated if dedicated else None,
@@ -48,7 +51,13 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "allocated_node_s": result.allocated_node_s,
         "jobs_arrived": len(jobs),
         "jobs_admitted": sum(rec.admitted_s is not None for rec in jobs),
-        "jobs_finished": sum(rec.finished_s is not None for rec in jobs),
+        "jobs_finished": len(finished),
+        "last_finish_s": max((rec.finished_s for rec in finished), default=None),
+        "mean_completion_s": (
+            sum(rec.finished_s - rec.arrival_s for rec in finished) / len(finished)
+            if finished
+            else None
+        ),
         "rescales": sum(rec.rescales for rec in jobs),
         "preemptions": sum(rec.preemptions for rec in jobs),
         "solves": result.solves,

@@ -139,3 +139,26 @@ def test_report_idle_makes_the_node_allocatable(api) -> None:
     job = api.submit(min_nodes=1, max_nodes=1)
     assert [c["kind"] for c in api.poll(agent)] == ["start"]
     assert api.job(job["job_id"])["nodes"] == ["n1"]
+
+
+def test_heartbeats_are_kept_in_memory_and_flushed_by_the_sweep(api) -> None:
+    agent = api.register("n1")
+    beat = {
+        "job_id": None,
+        "world_size": 0,
+        "step": None,
+        "samples_per_s": None,
+        "samples_done": None,
+    }
+    r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json=beat | {"world_size": 3})
+    assert r.json() == {"agent_id": agent, "state": "alive"}
+    service = api.app.state.service
+    with service.db.read() as session:
+        from interstice.api.tables import Agent
+
+        assert session.get(Agent, 1).report is None  # not written yet
+    service.sweep()
+    with service.db.read() as session:
+        stored = session.get(Agent, 1)
+        assert stored.report == beat | {"world_size": 3}
+        assert stored.state == "alive"

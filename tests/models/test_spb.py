@@ -4,11 +4,10 @@ import copy
 
 import pytest
 import torch
-from torch.nn.parallel import DistributedDataParallel
-
 from interstice.models import build_trainer
 from interstice.models.launch import run_group
 from interstice.models.spb import full_ranks, num_full_workers, simulate_gradients
+from torch.nn.parallel import DistributedDataParallel
 
 BATCH, SIDE, STEPS = 4, 8, 3
 
@@ -17,7 +16,10 @@ def _batches(step: int, world_size: int) -> list[tuple[torch.Tensor, torch.Tenso
     """Every rank's batch at ``step`` (each rank can compute all of them)."""
     gen = torch.Generator().manual_seed(1000 + step)
     return [
-        (torch.randn(BATCH, 3, SIDE, SIDE, generator=gen), torch.randint(0, 10, (BATCH,), generator=gen))
+        (
+            torch.randn(BATCH, 3, SIDE, SIDE, generator=gen),
+            torch.randint(0, 10, (BATCH,), generator=gen),
+        )
         for _ in range(world_size)
     ]
 
@@ -108,10 +110,11 @@ def test_bad_arguments_name_the_value() -> None:
 def run_or_raise(model: str, parallelism: str, depth: int) -> None:
     """build_trainer in a world of one, in this process."""
     import torch.distributed as dist
-
     from interstice.models.launch import free_port
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
     try:
         build_trainer(model, parallelism, depth)
     finally:

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from interstice.models import build_trainer
 from interstice.models.launch import run_group
 from interstice.models.splitbrain import bytes_per_worker
@@ -14,7 +13,9 @@ BATCH, SIDE, STEPS = 4, 8, 3
 
 def _batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(100 * step + rank)
-    return torch.randn(BATCH, 3, SIDE, SIDE, generator=gen), torch.randint(0, 10, (BATCH,), generator=gen)
+    return torch.randn(BATCH, 3, SIDE, SIDE, generator=gen), torch.randint(
+        0, 10, (BATCH,), generator=gen
+    )
 
 
 def _splitbrain_worker(rank: int, world_size: int) -> dict:
@@ -49,7 +50,8 @@ def _splitbrain_worker(rank: int, world_size: int) -> dict:
         (hybrid_state["model"][k] - v).abs().max().item() for k, v in dp_state["model"].items()
     )
     out["momentum_gap"] = max(
-        (hybrid_state["momentum"][k] - v).abs().max().item() for k, v in dp_state["momentum"].items()
+        (hybrid_state["momentum"][k] - v).abs().max().item()
+        for k, v in dp_state["momentum"].items()
     )
     # A data-parallel checkpoint loads into the sharded trainer and comes back whole.
     trainer.load_state_dict(dp_state)

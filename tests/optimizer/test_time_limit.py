@@ -1,11 +1,14 @@
 """A time limit that ends without a proof still answers: incumbent, else greedy fallback."""
 
+import numpy as np
 import pulp
 import pytest
 from interstice.optimizer import BACKENDS, ScalabilityTable, solve
 from interstice.optimizer import cbc as cbc_backend
 from interstice.optimizer import cpsat as cpsat_backend
 from interstice.optimizer.answer import BackendAnswer
+from interstice.optimizer.formulation import build_options
+from interstice.optimizer.solve import chosen_options
 from interstice.optimizer.synthetic import random_problem, with_synthetic_depths
 
 from interstice import data
@@ -55,3 +58,13 @@ def test_cbc_that_fails_to_run_falls_back_and_says_why(large_table, monkeypatch)
     assert (allocation.status, allocation.backend) == ("fallback", "greedy")
     assert allocation.termination == "error: Pulp: cannot execute cbc"
     assert problem.evaluate(allocation) == pytest.approx(allocation.objective)
+
+
+def test_a_solver_answer_breaking_constraint_1_is_refused(large_table) -> None:
+    problem = random_problem(large_table, jobs=3, nodes=50, seed=6)
+    options = build_options(problem)
+    two_for_the_first_job = np.zeros(len(options.count))
+    two_for_the_first_job[[0, 1]] = 1.0
+    two_for_the_first_job[options.start[1:-1]] = 1.0
+    with pytest.raises(ValueError, match="constraint \\(1\\)"):
+        chosen_options(options, two_for_the_first_job)

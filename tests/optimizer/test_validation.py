@@ -31,6 +31,7 @@ def problem(**fields) -> Problem:
         (lambda: job(min_nodes=3, max_nodes=2), "min_nodes 3 > max_nodes 2"),
         (lambda: job(min_nodes=-1), "min_nodes"),
         (lambda: job(nodes=("n1", "n1")), "listed twice"),
+        (lambda: job(spb_depths=()), "spb_depths is empty"),
         (lambda: problem(jobs=(job(model="x"),)), "model 'x' is not in the scalability table"),
         (lambda: problem(jobs=(job(nodes=("n9",)),)), "holds node 'n9' that is not idle"),
         (lambda: problem(jobs=(job(spb_depths=(2,)),)), "spb_depths [2] are not measured"),

@@ -11,6 +11,7 @@ import pytest
 from interstice.optimizer import Allocation, JobAllocation, Problem, ScalabilityTable
 from interstice.replay.horizon import FixedHorizon
 from interstice.replay.jobs import JobSpec, load_jobs
+from interstice.replay.report import summarize
 from interstice.replay.simulator import ReplayOptions, replay
 from interstice.replay.trace import load_trace
 from replay_inputs import TINY_TABLE
@@ -104,6 +105,9 @@ def test_completion_is_an_event_at_its_exact_time(inputs):
     a, b = result.jobs
     assert a.finished_s == 30.0 and a.goodput == 6000 and a.nodes == set()
     assert b.admitted_s == 30.0 and b.progress_points[1][0] == 30.0  # B starts at 30 s
+    figures = summarize(result)
+    assert (figures["jobs_finished"], figures["last_finish_s"]) == (1, 30.0)
+    assert figures["mean_completion_s"] == 30.0  # A arrived at 0 s
 
 
 def test_falling_below_min_nodes_stops_the_job(inputs):
