@@ -7,12 +7,13 @@ Each generation of a job (one rendezvous, one world size) runs in one launcher p
 world_size``, then ``nproc_per_node`` workers. torch supervises the workers; this module only
 starts the launcher, asks it to stop, and kills it past a deadline.
 
-Why a pre-started ("spare") launcher: importing torch takes 1.5-3 s, most of a rescale's
-cost on CPU. The agent keeps one launcher process started with torch and the worker code
-already imported, blocked on its stdin; a start or rescale writes the generation's config
-to it (one JSON line) and starts the next spare. The default worker is run as a function
-with the ``fork`` start method, so workers inherit those imports too. Workers on CPU use
-gloo, on GPU nccl (decided by the worker).
+Why a pre-started ("spare") launcher: importing torch and torchvision takes 2-10 s, most of
+a rescale's cost. The agent keeps one launcher process started with torch imported and a
+multiprocessing fork server holding torch, the models and the worker, blocked on its stdin;
+a start or rescale writes the generation's config to it (one JSON line), and the agent
+starts the next spare once the new workers joined. The default worker runs as a function
+forked from that fork server, so it inherits the imports. Workers on CPU use gloo, on GPU
+nccl (decided by the worker).
 
 Exactly one node hosts the rendezvous' TCP store: torch's c10d backend guesses the host by
 matching the endpoint's host name to this machine, which is ambiguous with several agents
@@ -36,6 +37,9 @@ from interstice.agents import rundir
 from interstice.agents.protocol import DEFAULT_ENTRYPOINT, Command
 
 LAUNCHER_MODULE = "interstice.agents.launcher"
+WORKER_MODULE = DEFAULT_ENTRYPOINT
+SPARE_READY = "interstice: spare launcher ready"  # the first line of a launcher's log
+MULTIPROCESSING_HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
 
 log = logging.getLogger("interstice.agent")
 
@@ -117,6 +121,10 @@ class Launcher:
             )
         self._spare = (process, log_path)
 
+    def spare_ready(self) -> bool:
+        """Whether the spare launcher finished its imports (a launch now is fast)."""
+        return self._spare is not None and spare_ready(self._spare[1])
+
     def close_spare(self) -> None:
         """Let the spare launcher exit (it exits when its stdin closes)."""
         if self._spare is not None:
@@ -192,6 +200,15 @@ class Launcher:
         }
 
 
+def spare_ready(log_path: Path) -> bool:
+    """Whether the launcher logging to ``log_path`` is a spare that finished its imports
+    and has not been used (its log holds the ready line and nothing else)."""
+    try:
+        return log_path.read_text().strip() == SPARE_READY
+    except OSError:
+        return False
+
+
 def request_stop(run_dir: Path) -> None:
     """Ask the workers in ``run_dir`` to checkpoint at their next step and exit."""
     (run_dir / rundir.STOP_FILE).touch()
@@ -258,8 +275,20 @@ def end_generation(
 
 
 def workers_alive(process: subprocess.Popen) -> bool:
-    """Whether the launcher ``process`` still has a worker (any child process)."""
-    return process.poll() is None and bool(_descendants(process.pid))
+    """Whether the launcher ``process`` still has a worker: a process below it other than
+    the multiprocessing helpers it started itself (fork server, resource tracker)."""
+    if process.poll() is not None:
+        return False
+    for pid, parent in _descendants(process.pid).items():
+        if parent != process.pid:
+            return True  # forked by the fork server: a worker
+        try:
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if not any(helper in command_line for helper in MULTIPROCESSING_HELPERS):
+            return True
+    return False
 
 
 def kill(process: subprocess.Popen) -> None:
@@ -277,8 +306,8 @@ def kill(process: subprocess.Popen) -> None:
         pass
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Linux ``/proc``), children first."""
+def _descendants(pid: int) -> dict[int, int]:
+    """Every live process below ``pid`` (Linux ``/proc``), with its parent's pid."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -291,13 +320,14 @@ def _descendants(pid: int) -> list[int]:
         state, parent_text = stat.rpartition(")")[2].split()[:2]
         if state == "Z":
             continue  # exited, not yet reaped
-        parent = int(parent_text)
-        children.setdefault(parent, []).append(int(entry.name))
-    found, frontier = [], [pid]
+        children.setdefault(int(parent_text), []).append(int(entry.name))
+    found: dict[int, int] = {}
+    frontier = [pid]
     while frontier:
-        below = children.get(frontier.pop(), [])
-        found.extend(below)
-        frontier.extend(below)
+        parent = frontier.pop()
+        for child in children.get(parent, []):
+            found[child] = parent
+            frontier.append(child)
     return found
 
 
@@ -335,7 +365,7 @@ def _run_generation(config: dict[str, Any]) -> int:
         },
         max_restarts=0,  # a failed generation is the service's to replan, not ours to retry
         monitor_interval=0.05,
-        start_method="fork",
+        start_method="forkserver",
         local_addr=config["local_addr"],
     )
     argv = config["argv"]
@@ -357,11 +387,25 @@ def _run_generation(config: dict[str, Any]) -> int:
 
 
 def main() -> int:
-    """Entry point of a launcher process: import torch, wait for one config line, run it."""
-    import interstice.models.trainer  # noqa: F401  (torchvision: seconds)
-    import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
-    from interstice.agents import worker  # noqa: F401
+    """Entry point of a launcher process: warm up, wait for one config line, run it.
 
+    Warming up starts the multiprocessing fork server with torch, the models and the
+    worker imported, so workers start as forks of it in milliseconds. A fork server, not
+    plain ``fork``: it is a fresh single-threaded process that never touches CUDA, so its
+    children may (a process that initialised CUDA cannot fork workers that use it).
+    """
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
+
+    multiprocessing.set_forkserver_preload([WORKER_MODULE, "interstice.models.trainer"])
+    multiprocessing.forkserver.ensure_running()
+    # A no-op child returns only once the fork server finished its imports.
+    probe = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+    probe.start()
+    probe.join()
+    print(SPARE_READY, flush=True)
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # the agent closed its spare without using it

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from interstice.agents import launcher
 
 ROLES = ("admin", "scheduler", "user", "agent")
 
@@ -202,6 +203,14 @@ class LocalCluster:
             time.sleep(period_s)
         raise TimeoutError(f"not within {timeout_s} s: {what}\n{self.diagnostics()}")
 
+    def spares_ready(self) -> bool:
+        """Whether every agent's newest launcher is a ready, unused spare."""
+        for agent in self.agents.values():
+            logs = sorted((agent.workdir / "logs").glob("launcher-*.log"), key=_mtime)
+            if not logs or not launcher.spare_ready(logs[-1]):
+                return False
+        return True
+
     def worker_records(self, job_id: str) -> list[dict[str, Any]]:
         """Every line every worker of ``job_id`` logged on every node, in time order."""
         records = []
@@ -266,3 +275,10 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

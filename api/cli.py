@@ -80,6 +80,9 @@ def serve(
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=2,
+        # agents reuse one connection between heartbeats and long-polls: keep it open longer
+        # than both, so a request never races the server closing an idle connection
+        timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
     )
 
 

@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
             service.bootstrap()
 
         await anyio.to_thread.run_sync(prepare)
+        service.poll_reads = anyio.CapacityLimiter(16)
         await control.start()
         try:
             yield

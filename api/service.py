@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import anyio
 from interstice.api import schemas, state
 from interstice.api.db import Database
 from interstice.api.metrics import Metrics
@@ -89,6 +90,9 @@ class Service:
         self._tokens: dict[str, Principal] = {}
         self._leases: dict[int, float] = {}
         self._reports: dict[int, dict[str, Any]] = {}
+        self.poll_reads: anyio.CapacityLimiter | None = None
+        """Threads of the long-polls' reads (set at start-up), apart from FastAPI's pool where
+        writers queue on the write lock: a waiting writer never delays a poll's answer."""
         self._renewed: set[int] = set()
         self._lease_lock = threading.Lock()
         self._started = time.monotonic()

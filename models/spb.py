@@ -33,6 +33,11 @@ every rank holds the same buffers between steps and ``state_dict`` is identical 
 After the step every rank has applied the same averaged gradients with the same SGD state
 to the same parameters, so parameters stay identical across ranks.
 
+Throughput: steps are synchronous, so a step lasts as long as its slowest (full) worker; what
+SPB saves is the partial workers' backward compute and activation memory (``bench/spb.py``).
+A job's samples/s rises only where that saving is visible to the step (e.g. simulated nodes
+that share cores or a GPU); ``interstice profile`` measures it rather than assuming it.
+
 Legend for tensor names: B batch, C channels, H height, W width.
 """
 

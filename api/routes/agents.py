@@ -78,16 +78,16 @@ async def poll_commands(
     one; else after at most ``wait`` seconds, none. A command is answered again until
     acknowledged. Roles: agent."""
     number = service.alive_agent(agent_id) or await anyio.to_thread.run_sync(
-        service.known_agent, agent_id
+        service.known_agent, agent_id, limiter=service.poll_reads
     )
     woken = service.notifier.subscribe(number)
-    answer = await anyio.to_thread.run_sync(service.commands, number)
+    answer = await anyio.to_thread.run_sync(service.commands, number, limiter=service.poll_reads)
     wait_s = min(wait, service.settings.max_poll_wait_s)
     if answer.count or wait_s <= 0:
         return answer
     with anyio.move_on_after(wait_s):
         await woken.wait()
-    return await anyio.to_thread.run_sync(service.commands, number)
+    return await anyio.to_thread.run_sync(service.commands, number, limiter=service.poll_reads)
 
 
 @router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))
