@@ -398,6 +398,7 @@ def main() -> int:
     import multiprocessing.forkserver
 
     import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
+    from interstice.models import MODEL_NAMES  # noqa: F401  (torchvision: seconds)
 
     multiprocessing.set_forkserver_preload([WORKER_MODULE, "interstice.models.trainer"])
     multiprocessing.forkserver.ensure_running()

@@ -142,6 +142,7 @@ class Reporter:
             "rank": rank,
             "world_size": dist.get_world_size(),
             "nodes": int(os.environ.get("GROUP_WORLD_SIZE", dist.get_world_size())),
+            "backend": dist.get_backend(),
             "pid": os.getpid(),
         }
         self._status_written_at = 0.0

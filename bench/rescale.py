@@ -47,9 +47,11 @@ SCALABILITY_CSV = "model,nodes,samples_per_s\n" + "".join(
 JOB = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 4, "total_samples": 1e8, "batch_size": 8}
 
 
-def timings(records: list[dict], commanded: float, world_size: int) -> dict | None:
+def timings(
+    records: list[dict], commanded: float, world_size: int, rendezvous_id: str
+) -> dict | None:
     """The rescale's timings from the step logs, or None before every new rank stepped."""
-    new = [r for r in records if r["time"] >= commanded and r["world_size"] == world_size]
+    new = [r for r in records if r["rendezvous_id"] == rendezvous_id]
     steps = [r for r in new if r["event"] == "step"]
     if {r["rank"] for r in steps} != set(range(world_size)):
         return None
@@ -91,7 +93,12 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
             )
             commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
             result = cluster.wait_for(
-                lambda: timings(cluster.worker_records(job_id), commanded, world_size),
+                lambda: timings(
+                    cluster.worker_records(job_id),
+                    commanded,
+                    world_size,
+                    f"{job_id}-g{job['generation']}",
+                ),
                 90,
                 f"first step at world size {world_size}",
             )
@@ -185,7 +192,8 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 return sorted(found, key=lambda record: record["time"])
 
             deadline = time.monotonic() + 120
-            while (result := timings(records(), commanded, world_size)) is None:
+            rendezvous_id = f"{job_id}-g{generation}"
+            while (result := timings(records(), commanded, world_size, rendezvous_id)) is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no step at world size {world_size} in 120 s")
                 time.sleep(0.05)

@@ -148,10 +148,15 @@ def measure_progress(
     blocks = tinycnn(in_channels=1)
     for d in depths:
         check_depth(blocks, d)
-    curves = {
-        d: [_train_curve(d, s, steps, batch_size, lr, eval_every) for s in seeds]
-        for d in sorted(set(depths) | {0})
-    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: more threads only add synchronisation
+    try:
+        curves = {
+            d: [_train_curve(d, s, steps, batch_size, lr, eval_every) for s in seeds]
+            for d in sorted(set(depths) | {0})
+        }
+    finally:
+        torch.set_num_threads(threads)
     samples = curves[0][0][0]
     total = samples[-1]
     mean_loss = {d: np.mean([c[1] for c in runs], axis=0) for d, runs in curves.items()}

@@ -2,12 +2,15 @@
 
 2 nodes idle -> the job trains at world size 2; 2 more idle -> it rescales to 4; one node
 reclaimed with a grace of a few seconds -> released within the grace, training goes on at
-world size 3. Every assertion is on what the workers logged (their step logs), never on
-what the service planned: the world sizes they saw, that the step counter continued
-exactly across each rescale (no step lost or repeated), and when the reclaimed node's
-worker exited.
+world size 3; then a training node's agent gets SIGTERM (Slurm preemption) -> its workers
+checkpoint, it exits 0 within its grace and the service shows its node released.
+
+The training assertions are on what the workers logged (their step logs), never on what
+the service planned: the world sizes they saw, that the step counter continued exactly
+across each rescale (no step lost or repeated), and when the reclaimed node's worker exited.
 """
 
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from interstice.agents.local_cluster import LocalCluster  # noqa: E402
 
 NODES = ["n0", "n1", "n2", "n3"]
 RECLAIM_GRACE_S = 8.0
+AGENT_GRACE_S = 10.0
 # Linear scaling, so the optimizer gives the job every idle node.
 SCALABILITY_CSV = "model,nodes,samples_per_s\n" + "".join(
     f"tinycnn,{nodes},{100.0 * nodes}\n" for nodes in range(5)
@@ -34,7 +38,7 @@ def steps_of(records: list[dict], **match: object) -> list[dict]:
 @pytest.mark.timeout(240)
 def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
     cluster = LocalCluster(
-        tmp_path, NODES, heartbeat_s=1.0, grace_s=10.0, scalability_csv=SCALABILITY_CSV
+        tmp_path, NODES, heartbeat_s=1.0, grace_s=AGENT_GRACE_S, scalability_csv=SCALABILITY_CSV
     )
     cluster.start()
     try:
@@ -69,15 +73,28 @@ def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
             60,
             "5 steps at world size 3",
         )
+        # Slurm preemption: SIGTERM to a training node's agent. Its workers checkpoint and
+        # exit, it releases the node and exits 0, all within its grace period.
+        signalled = time.monotonic()
+        assert cluster.stop_agent("n0", timeout_s=AGENT_GRACE_S + 5) == 0
+        assert time.monotonic() - signalled < AGENT_GRACE_S
+        nodes = cluster.request("scheduler", "GET", "/v1/nodes")["data"]
+        assert next(n for n in nodes if n["name"] == "n0")["holder"] is None
         records = cluster.worker_records(job_id)
     finally:
         cluster.close()
+    on_n0 = [r for r in records if r["log_node"] == "n0"]
+    assert on_n0[-1]["event"] == "exit" and on_n0[-1]["outcome"] == "stopped"
 
     # The world sizes the workers saw, in order: 2, then 4, then 3.
     generations: dict[str, list[dict]] = defaultdict(list)
     for record in records:
         generations[record["rendezvous_id"]].append(record)
-    ordered = sorted(generations.values(), key=lambda rs: rs[0]["time"])
+    # (A generation replaced before its first step, e.g. by a second replan within
+    # moments, trained nothing and is left out.)
+    ordered = sorted(
+        (rs for rs in generations.values() if steps_of(rs)), key=lambda rs: rs[0]["time"]
+    )
     assert [rs[0]["world_size"] for rs in ordered] == [2, 4, 3], cluster.diagnostics()
 
     # Within a generation every rank did every step once, in order; the next generation

@@ -182,19 +182,28 @@ def test_cancel_frees_nodes_for_the_next_job(api) -> None:
 
 
 def test_a_lost_agent_leaves_the_pool_and_its_job_shrinks(make_api) -> None:
-    with make_api(heartbeat_interval_s=0.2) as api:
+    with make_api(heartbeat_interval_s=0.5) as api:  # lost after 3 x 0.5 s of silence
         agents = {n: api.register(n) for n in ("n1", "n2")}
         api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
         job = api.submit(min_nodes=1, max_nodes=2)
+        done = threading.Event()
 
-        def beat_n1_only():  # type: ignore[no-untyped-def]
-            api.call("POST", f"/v1/agents/{agents['n1']}/heartbeat", "agent", json={})
-            return api.job(job["job_id"])["nodes"] == ["n1"]
+        def beat_n1_only() -> None:
+            while not done.is_set():
+                api.call("POST", f"/v1/agents/{agents['n1']}/heartbeat", "agent", json={})
+                time.sleep(0.05)
 
-        api.wait_for(beat_n1_only, timeout_s=10)
+        beating = threading.Thread(target=beat_n1_only)
+        beating.start()
+        try:
+            api.wait_for(lambda: api.job(job["job_id"])["nodes"] == ["n1"], timeout_s=20)
+        finally:
+            done.set()
+            beating.join()
         nodes = {n["name"]: n for n in api.call("GET", "/v1/nodes", "admin").json()["data"]}
         assert nodes["n2"]["agent"]["state"] == "lost"
         assert nodes["n2"]["allocatable"] is False
+        assert nodes["n1"]["agent"]["state"] == "alive"
         assert api.job(job["job_id"])["rescales"][-1]["reason"] == "agent_lost"
 
 
