@@ -82,6 +82,7 @@ class Agent:
             worker_args=["--checkpoint-every", str(config.checkpoint_every)],
         )
         self.shutdown = threading.Event()
+        self._signalled_at: float | None = None
         self.agent_id: str | None = None
         self.heartbeat_interval_s = config.heartbeat_s or 5.0
         self.generation: launcher.Generation | None = None
@@ -114,8 +115,6 @@ class Agent:
             pass
         self._leave((self._signalled_at or time.monotonic()) + self.config.grace_s)
         return 0
-
-    _signalled_at: float | None = None
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signalled_at = time.monotonic()
@@ -167,6 +166,9 @@ class Agent:
             return call(self.agent_id, *args, should_stop=self.shutdown.is_set, **kwargs)
         except ServiceRejected as error:
             if error.status_code == 404:
+                # Forgotten (a fresh database): its command ids start again from 1.
+                self._seen.clear()
+                self._acked.clear()
                 self._register()
             else:
                 log.warning("%s", error)

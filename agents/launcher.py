@@ -196,6 +196,7 @@ class Launcher:
             "join_timeout_s": self.join_timeout_s,
             "local_addr": self.host,
             "argv": argv,
+            # for a job's own entrypoint or command (the worker has them as arguments)
             "env": {"INTERSTICE_JOB_ID": command.job_id, "INTERSTICE_NODE": self.node},
         }
 

@@ -91,21 +91,7 @@ class LocalCluster:
             self.tokens[role] = created.stdout.strip().splitlines()[-1]
         (port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{port}"
-        env = {
-            **os.environ,
-            "INTERSTICE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_s),
-            "INTERSTICE_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
-            "INTERSTICE_DEBOUNCE_S": "0.1",
-        }
-        with (self.root / "service.log").open("wb") as log:
-            self.service = subprocess.Popen(
-                [*interstice_command(), "serve", "--db", db_url, "--port", str(port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.root,
-            )
-        self._wait_healthy(timeout_s)
+        self._start_service(db_url, port, timeout_s)
         if self.scalability_csv:
             self.request(
                 "admin",
@@ -116,6 +102,41 @@ class LocalCluster:
             )
         for node in self.nodes:
             self.start_agent(node)
+
+    def _start_service(self, db_url: str, port: int, timeout_s: float) -> None:
+        env = {
+            **os.environ,
+            "INTERSTICE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_s),
+            "INTERSTICE_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
+            "INTERSTICE_DEBOUNCE_S": "0.1",
+        }
+        with (self.root / "service.log").open("ab") as log:
+            self.service = subprocess.Popen(
+                [*interstice_command(), "serve", "--db", db_url, "--port", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.root,
+            )
+        self._wait_healthy(timeout_s)
+
+    def restart_service(self, down_s: float = 2.0, timeout_s: float = 60.0) -> None:
+        """Stop the service (SIGTERM), leave it down ``down_s``, start it on the same
+        database and port; the agents are left alone."""
+        self._stop_service()
+        time.sleep(down_s)
+        self._start_service(
+            f"sqlite:///{self.root / 'interstice.db'}", int(self.url.rpartition(":")[2]), timeout_s
+        )
+
+    def _stop_service(self) -> None:
+        if self.service is not None and self.service.poll() is None:
+            self.service.send_signal(signal.SIGTERM)
+            try:
+                self.service.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.service.kill()
+                self.service.wait()
 
     def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -261,13 +282,7 @@ class LocalCluster:
                 agent.process.send_signal(signal.SIGTERM)
         for node in self.agents:
             self.stop_agent(node, timeout_s=self.grace_s + 5)
-        if self.service is not None and self.service.poll() is None:
-            self.service.send_signal(signal.SIGTERM)
-            try:
-                self.service.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.service.kill()
-                self.service.wait()
+        self._stop_service()
 
     def __enter__(self) -> "LocalCluster":
         self.start()

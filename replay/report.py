@@ -1,7 +1,7 @@
 """A replay's outputs: ``report.json`` (figures per policy, ratios) and ``report.png``.
 
 The figures are those of :mod:`interstice.replay.simulator`'s docstring: efficiency (goodput
-over dedicated samples, BFTrainer's headline metric, arXiv 2106.12091 Sec. 5), utilization
+over dedicated samples, BFTrainer's headline metric, arXiv 2106.12091), utilization
 (allocated over idle node-seconds), samples, goodput, jobs finished, rescales, preemptions, and
 the solver's time per solve and statuses.
 """
@@ -145,6 +145,7 @@ def plot(results: list[ReplayResult], window_start: datetime, path: Path) -> Non
             result.timeline_allocated,
             where="post",
             lw=0.8,
+            zorder=3 if result is main else 2,  # the chosen policy on top of the baselines
             label=f"allocated ({result.policy})",
         )
         goodput_ax.plot(

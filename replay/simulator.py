@@ -8,7 +8,7 @@ Simulated time starts at the window's start (t = 0 s) and jumps from event to ev
   holds no node and stays admitted).
 - a *job arrival*: its submit offset from the jobs file's first job. Jobs are admitted first
   come first served, at most ``max_active_jobs`` at once; an admitted job holding no node
-  still takes its place (BFTrainer's rule, arXiv 2106.12091 Sec. 4).
+  still takes its place (the rule of BFTrainer's replay, arXiv 2106.12091).
 - a *completion*: the exact time a job's progress reaches its ``total_samples``; it releases
   its nodes and leaves.
 - a *deferred solve*, when ``min_solve_interval_s`` > 0 (below).
@@ -29,8 +29,8 @@ as allocated throughout.
 Accounting, per policy: *dedicated samples* are what the same node counts over the same
 seconds give on dedicated nodes at depth 0 with no rescale or preemption loss,
 ``sum r(n, 0) * dt`` over the time a job holds n > 0 nodes; *efficiency* is goodput divided by
-it (BFTrainer's headline metric, Sec. 5); *utilization* is allocated node-seconds over idle
-node-seconds.
+it (BFTrainer's headline metric, arXiv 2106.12091); *utilization* is allocated
+node-seconds over idle node-seconds.
 
 Trace rows that restate a node's current state change nothing and are no event. Skipped
 solves (each provably returns the allocation in force, so skipping changes nothing):
