@@ -16,7 +16,8 @@ through the debounced solve). It prints JSON lines:
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``. Client and
 server share the machine, so the latencies include the client's own event-loop lag.
 
-Usage: ``python bench/agents_load.py --agents 5000 --duration-s 60``
+Usage: ``python bench/agents_load.py --agents 5000 --duration-s 60``; with
+``BENCH_DUMP_METRICS=FILE`` the service's /metrics at the end of the run is written to FILE.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import socket
 import ssl
@@ -364,7 +366,7 @@ def main() -> None:
         "INTERSTICE_CHECKPOINT_ROOT": str(folder / "checkpoints"),
         "INTERSTICE_LOG_LEVEL": "warning",
     }
-    interstice = str(Path(sys.executable).parent / "interstice")
+    interstice = shutil.which("interstice", path=str(Path(sys.executable).parent)) or "interstice"
     server = subprocess.Popen(
         [interstice, "serve", "--db", db_url, "--port", str(port)],
         env=env,

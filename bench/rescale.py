@@ -81,15 +81,17 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
     cluster.start()
     try:
 
-        def measure(world_size: int, generation: int) -> dict:
+        def measure(world_size: int) -> dict:
+            # The service's plan reaching ``world_size`` (a batch of events may take two
+            # rescales): its last rescale is the command timed.
             job = cluster.wait_for(
                 lambda: (
-                    (j := cluster.request("user", "GET", f"/v1/jobs/{job_id}"))["generation"]
-                    >= generation
+                    (j := cluster.request("user", "GET", f"/v1/jobs/{job_id}"))["world_size"]
+                    == world_size
                     and j
                 ),
                 60,
-                f"generation {generation}",
+                f"the service planning world size {world_size}",
             )
             commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
             result = cluster.wait_for(
@@ -106,25 +108,20 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
 
         cluster.node_events("idle", NODES[:2])
         job_id = cluster.request("user", "POST", "/v1/jobs", json=JOB)["job_id"]
-        generation = 1
-        emit("start", measure(2, generation))
+        emit("start", measure(2))
         for _ in range(args.repeats):
             settle(cluster.spares_ready, args.settle_s)
-            generation += 1
             cluster.node_events("idle", NODES[2:])
-            emit("up", measure(4, generation))
+            emit("up", measure(4))
             settle(cluster.spares_ready, args.settle_s)
-            generation += 1
             cluster.node_events("busy", NODES[3:], grace_s=10.0)
-            emit("down", measure(3, generation))
+            emit("down", measure(3))
             settle(cluster.spares_ready, args.settle_s)
-            generation += 1
             cluster.node_events("idle", NODES[3:])
-            emit("up", measure(4, generation))
+            emit("up", measure(4))
             settle(cluster.spares_ready, args.settle_s)
-            generation += 1
             cluster.node_events("busy", NODES[2:], grace_s=10.0)
-            emit("down", measure(2, generation))
+            emit("down", measure(2))
     finally:
         cluster.close()
 

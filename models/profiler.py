@@ -16,8 +16,10 @@ measured rows); one 0-node row of 0 samples/s per (model, depth), as in the Summ
 and depth d > 0, samples_per_s(n, d) = samples_per_s(n, 0) * r(model, d), where r is the ratio
 of depth d's to depth 0's samples/s measured at the same node counts (``spb_ratios``, mean over
 node counts >= 1), and progress_per_sample is the measured one; such rows have derived=true.
-The default ratios are ``SPB_RATIOS_FILE``, produced by ``spb_ratios`` from a profile measured on
-this project's CPU machine (README); pass a profile of your own to use yours.
+The default ratios are ``SPB_RATIOS_FILE`` (package data), made by ``spb_ratios`` from profiles
+at W = 2 nodes, depths 0..2, 32x32 inputs (AlexNet 64), batch 8, on CPU with gloo; its
+``measured_on`` column names the machine of each row. They are few-step measurements on shared
+machines, hence noisy: pass ``--ratios`` with a profile of your own to use yours.
 """
 
 import csv

@@ -36,7 +36,7 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
         The model and its binaries z, one per option in ``options`` order.
     """
     model = pulp.LpProblem("interstice_allocation", pulp.LpMaximize)
-    z = [pulp.LpVariable(name, cat=pulp.LpBinary) for name in options.names()]
+    z = [model.add_variable(name, cat=pulp.LpBinary) for name in options.names()]
     model.setObjective(pulp.LpAffineExpression(zip(z, options.value.tolist(), strict=True)))
     starts = options.start.tolist()
     for j, (lo, hi) in enumerate(zip(starts[:-1], starts[1:], strict=True)):

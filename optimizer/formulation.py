@@ -43,8 +43,22 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         work over the horizon, on top of the seconds lost in (b).
     (f) speedup: if set, j's whole term is divided by r_j(1, d0), so goodput counts in
         one-node equivalents (the "speedup" variant of BFTrainer's admin-defined metrics).
+    (g) early finish: + beta * max(0, r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)) - R_j),
+        samples: what the option would train beyond R_j within the horizon, at weight
+        beta = 0.01 (``objective.EARLY_FINISH_WEIGHT``). A job that finishes within the
+        horizon does so at T_j = c_j(n, d) + R_j / (r_j(n, d) p_j(d)) < H, and the term
+        equals beta * r_j(n, d) p_j(d) * (H - T_j): the horizon time it frees, valued at a
+        hundredth of its own rate. Without it (the cap of (a) alone) such a job values no
+        node beyond the fewest that finish it within H: with H >= 300 s the rest of the idle
+        pool stayed unused and nearly finished jobs waited for hours (24 h replay, README).
+        With it, (i) a node still goes first to a job that turns it into goodput within the
+        horizon, unless the finishing job's marginal rate is over 100 times higher; (ii) a
+        finishable job still takes more nodes, finishing sooner (its completion re-solves
+        and frees them), as long as its rate grows with the count and a grow's
+        rescale_up_s pays back (r(n') (H - c) > r(n) H). beta = 0.01 was chosen over 0 (the
+        bare cap) and 1 (no cap: BFTrainer's MILP, which has none) by the replay (README).
     v_j(n, d) = q_j ** w_p / (r_j(1, d0) if speedup else 1)
-                * (w_t * g_j(n, d) + (d) + (e)).
+                * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
     The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, q_j = 1) give plain goodput in samples.
 
 Variables:

@@ -2,7 +2,7 @@
 
 This is the one coefficient computation of the optimizer: the MILP backends, the greedy
 policy and :meth:`Problem.evaluate` all score options here, so they cannot disagree on the
-objective. The terms are eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`. A job's
+objective. The terms are eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`. A job's
 whole grid of options (depths x counts) is scored at once with numpy.
 """
 
@@ -16,6 +16,11 @@ import numpy as np
 
 if TYPE_CHECKING:
     from interstice.optimizer.problem import Job, ScalabilityTable, Weights
+
+
+EARLY_FINISH_WEIGHT = 0.01
+"""beta of eq. (g): the weight of the samples a job's option would train beyond its
+``samples_remaining`` within the horizon, i.e. of finishing early (formulation docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ def score_options(
 ) -> OptionScores:
     """Score ``job`` on each of ``counts`` nodes at each of ``spb_depths`` over ``horizon_s``.
 
-    Eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`.
+    Eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`.
 
     Args:
         job: the job.
@@ -95,14 +100,14 @@ def score_options(
         np.where((counts < held) | depth_changed, job.rescale_down_s, 0.0),
     )
     cost_s[:, counts == 0] = 0.0
-    goodput = np.minimum(
-        rate * progress * np.maximum(0.0, horizon_s - cost_s), job.samples_remaining
-    )
+    trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
+    goodput = np.minimum(trained, job.samples_remaining)  # (a)
+    early_finish = EARLY_FINISH_WEIGHT * (trained - goodput)  # (g)
     rescaled = (counts != held) | ((counts > 0) & depth_changed)  # (e)
     one_node = one_node_rate(job, table)
     unit = one_node * horizon_s  # samples one node earns over H
     fairness = unit * np.log2(1.0 + counts)  # (d)
-    term = weights.throughput * goodput + weights.fairness * fairness  # (a), (d)
+    term = weights.throughput * (goodput + early_finish) + weights.fairness * fairness
     term = term - np.where(rescaled, weights.churn * unit, 0.0)  # (e)
     scale = job.priority**weights.priority  # (c)
     if weights.speedup:

@@ -263,7 +263,7 @@ class Job(BaseModel):
 class Weights(BaseModel):
     """Admin-tunable weights of the objective. The defaults are plain throughput.
 
-    Every term is in samples (eqs. (a)-(f) of :mod:`interstice.optimizer.formulation`), with
+    Every term is in samples (eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`), with
     u = the job's one-node samples/s x the horizon, what one node earns it over the horizon.
 
     Attributes:

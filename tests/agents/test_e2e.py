@@ -2,7 +2,8 @@
 
 2 nodes idle -> the job trains at world size 2; 2 more idle -> it rescales to 4; one node
 reclaimed with a grace of a few seconds -> released within the grace, training goes on at
-world size 3; then a training node's agent gets SIGTERM (Slurm preemption) -> its workers
+world size 3; the service restarts -> the agents report to it again and training goes on;
+then a training node's agent gets SIGTERM (Slurm preemption) -> its workers
 checkpoint, it exits 0 within its grace and the service shows its node released.
 
 The training assertions are on what the workers logged (their step logs), never on what
@@ -36,7 +37,7 @@ def steps_of(records: list[dict], **match: object) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
+def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) -> None:
     cluster = LocalCluster(
         tmp_path, NODES, heartbeat_s=1.0, grace_s=AGENT_GRACE_S, scalability_csv=SCALABILITY_CSV
     )
@@ -73,6 +74,19 @@ def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
             60,
             "5 steps at world size 3",
         )
+        # A service restart: the agents retry with backoff and report again; their workers
+        # never noticed (no new generation is needed for that).
+        done_before = cluster.request("user", "GET", f"/v1/jobs/{job_id}")["samples_done"]
+        cluster.restart_service()
+        cluster.wait_for(
+            lambda: (
+                cluster.request("user", "GET", f"/v1/jobs/{job_id}")["samples_done"] > done_before
+            ),
+            60,
+            "heartbeats reaching the restarted service",
+        )
+        assert all(agent.process.poll() is None for agent in cluster.agents.values())
+
         # Slurm preemption: SIGTERM to a training node's agent. Its workers checkpoint and
         # exit, it releases the node and exits 0, all within its grace period.
         signalled = time.monotonic()
@@ -86,7 +100,8 @@ def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
     on_n0 = [r for r in records if r["log_node"] == "n0"]
     assert on_n0[-1]["event"] == "exit" and on_n0[-1]["outcome"] == "stopped"
 
-    # The world sizes the workers saw, in order: 2, then 4, then 3.
+    # The world sizes the workers saw, in order: 2, then 4, then 3 (then maybe 2 after n0
+    # left: the records end there).
     generations: dict[str, list[dict]] = defaultdict(list)
     for record in records:
         generations[record["rendezvous_id"]].append(record)
@@ -95,7 +110,7 @@ def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
     ordered = sorted(
         (rs for rs in generations.values() if steps_of(rs)), key=lambda rs: rs[0]["time"]
     )
-    assert [rs[0]["world_size"] for rs in ordered] == [2, 4, 3], cluster.diagnostics()
+    assert [rs[0]["world_size"] for rs in ordered][:3] == [2, 4, 3], cluster.diagnostics()
 
     # Within a generation every rank did every step once, in order; the next generation
     # resumes at the step where the last one checkpointed and exited.
@@ -108,11 +123,11 @@ def test_rescale_up_down_and_reclaim_keep_every_step(tmp_path: Path) -> None:
         per_rank = defaultdict(list)
         for record in steps_of(generation):
             per_rank[record["rank"]].append(record["step"])
-        assert sorted(per_rank) == list(range(world_size))
         for steps in per_rank.values():
             assert steps == list(range(previous_exit + 1, previous_exit + 1 + len(steps)))
-        exits = [r["step"] for r in generation if r["event"] == "exit"]
-        if generation is not ordered[-1]:
+        if generation is not ordered[-1]:  # the last one may still be running
+            assert sorted(per_rank) == list(range(world_size))
+            exits = [r["step"] for r in generation if r["event"] == "exit"]
             assert exits == [previous_exit + len(per_rank[0])] * world_size
             previous_exit = exits[0]
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +27,15 @@ bignet,2,50,0,1
 bignet,8,180,0,1
 """
 ROLES = ("scheduler", "agent", "user", "admin")
+
+
+def interstice_executable() -> str:
+    """The ``interstice`` console script of this Python (beside it, else on PATH)."""
+    found = shutil.which("interstice", path=str(Path(sys.executable).parent)) or shutil.which(
+        "interstice"
+    )
+    assert found, "the interstice console script is not installed (pip install -e .)"
+    return found
 
 
 def free_port() -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import ROLES, SCALABILITY_CSV, free_port
+from api_helpers import ROLES, SCALABILITY_CSV, free_port, interstice_executable
 from interstice.api.db import Database
 from interstice.api.service import create_token
 
-INTERSTICE = str(Path(sys.executable).parent / "interstice")
+INTERSTICE = interstice_executable()
 
 
 def _token(db_url: str, role: str) -> str:

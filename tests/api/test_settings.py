@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from api_helpers import interstice_executable
 from interstice.api.settings import load_settings
 
-INTERSTICE = str(Path(sys.executable).parent / "interstice")
+INTERSTICE = interstice_executable()
 
 
 def test_flags_beat_environment_beat_the_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
