@@ -36,6 +36,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 from interstice.agents import launcher
 from interstice.agents.local_cluster import LocalCluster, free_ports
 from interstice.agents.protocol import parse_command
@@ -81,15 +82,17 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
     cluster.start()
     try:
 
+        def read_job() -> dict | None:
+            try:
+                return cluster.request("user", "GET", f"/v1/jobs/{job_id}")
+            except httpx.HTTPStatusError:  # a busy SQLite may answer 500 now and then
+                return None
+
         def measure(world_size: int) -> dict:
             # The service's plan reaching ``world_size`` (a batch of events may take two
             # rescales): its last rescale is the command timed.
             job = cluster.wait_for(
-                lambda: (
-                    (j := cluster.request("user", "GET", f"/v1/jobs/{job_id}"))["world_size"]
-                    == world_size
-                    and j
-                ),
+                lambda: (j := read_job()) is not None and j["world_size"] == world_size and j,
                 60,
                 f"the service planning world size {world_size}",
             )

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from interstice.optimizer.problem import Job, ScalabilityTable, Weights
 
 
-EARLY_FINISH_WEIGHT = 0.01
+EARLY_FINISH_WEIGHT = 0.9
 """beta of eq. (g): the weight of the samples a job's option would train beyond its
 ``samples_remaining`` within the horizon, i.e. of finishing early (formulation docstring)."""
 

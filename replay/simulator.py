@@ -40,9 +40,9 @@ completion or reclaim: only free nodes came or went), the table's rates strictly
 the count, and each job's goodput at its count over the horizon stays below its remaining
 samples. Under (ii) any other option of a job has strictly less goodput, no early-finish
 term (eq. (g): it trains less, so nothing beyond its remaining samples either), at least its
-rescale cost and churn, and less fairness (every term of the objective is per job and the capacity is
-not binding), so the optimum keeps every job as it is; greedy and equal-share keep it too
-(an equal share of a pool of at least the sum of the maxima is each job's maximum).
+rescale cost and churn, and less fairness (every term of the objective is per job and the
+capacity is not binding), so the optimum keeps every job as it is; greedy and equal-share keep
+it too (an equal share of a pool of at least the sum of the maxima is each job's maximum).
 ``skip_equivalent=False`` turns (ii) off; the tests replay a window both ways and compare.
 """
 

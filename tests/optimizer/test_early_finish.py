@@ -19,16 +19,14 @@ from interstice.optimizer.solve import chosen_options
 # Model "m" runs 100 samples/s per node, linearly, measured on 1, 2 and 4 nodes. Horizon
 # H = 100 s, no rescale cost, so n nodes train 10,000 n samples over the horizon.
 #   job f: 1..4 nodes, 5,000 samples left: finishes within H on any count. Goodput (a) is
-#          5,000 on every count; (g) adds beta (10,000 n - 5,000) = 50, 150, 250, 350 for
-#          n = 1..4 (beta = 0.01): v_f(n) = 5,050, 5,150, 5,250, 5,350.
+#          5,000 on every count; (g) adds beta (10,000 n - 5,000) = 4,500, 13,500, 22,500,
+#          31,500 for n = 1..4 (beta = 0.9): v_f(n) = 9,500, 18,500, 27,500, 36,500.
 #   job g: 1..4 nodes, 1e9 samples left: v_g(n) = 10,000 n, nothing beyond (g never finishes).
 # Alone on four idle nodes, f takes all four (the cap alone: one node, three left idle).
 # With g on six idle nodes: g's goodput comes first, f gets the two g cannot use:
-#   g=4, f=2: 45,150;  g=4, f=1: 45,050;  g=3, f=3: 35,250;  g=4, f=0: 40,000.
+#   g=4, f=2: 58,500;  g=3, f=3: 57,500;  g=2, f=4: 56,500;  g=4, f=1: 49,500.
 TABLE = ScalabilityTable(
-    points=tuple(
-        ScalabilityPoint(model="m", nodes=n, samples_per_s=100.0 * n) for n in (1, 2, 4)
-    )
+    points=tuple(ScalabilityPoint(model="m", nodes=n, samples_per_s=100.0 * n) for n in (1, 2, 4))
 )
 FINISHING = Job(job_id="f", model="m", min_nodes=1, max_nodes=4, samples_remaining=5000.0)
 LONG = Job(job_id="g", model="m", min_nodes=1, max_nodes=4, samples_remaining=1e9)
@@ -44,17 +42,17 @@ SHARED = Problem(
 
 
 def test_the_worked_values_use_the_documented_weight() -> None:
-    assert EARLY_FINISH_WEIGHT == 0.01
+    assert EARLY_FINISH_WEIGHT == 0.9
     options = build_options(ALONE)
     # Every count is kept: each is worth strictly more than the fewer counts.
     assert options.count.tolist() == [0, 1, 2, 3, 4]
-    assert options.value.tolist() == pytest.approx([0.0, 5050.0, 5150.0, 5250.0, 5350.0])
+    assert options.value.tolist() == pytest.approx([0.0, 9500.0, 18500.0, 27500.0, 36500.0])
     assert options.goodput.tolist() == pytest.approx([0.0] + [5000.0] * 4)
 
 
 @pytest.mark.parametrize(
     ("problem", "counts", "objective"),
-    [(ALONE, [4], 5350.0), (SHARED, [2, 4], 45150.0)],
+    [(ALONE, [4], 36500.0), (SHARED, [2, 4], 58500.0)],
     ids=["finishable-job-takes-spare-nodes", "goodput-job-served-first"],
 )
 def test_every_solver_allocates_as_worked_out(problem: Problem, counts: list, objective: float):
