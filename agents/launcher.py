@@ -126,12 +126,14 @@ class Launcher:
         return self._spare is not None and spare_ready(self._spare[1])
 
     def close_spare(self) -> None:
-        """Let the spare launcher exit (it exits when its stdin closes)."""
+        """Let the spare launcher exit (it exits when its stdin closes); one still importing
+        torch holds no work and is killed after half a second, so a release within the
+        grace period never waits on it."""
         if self._spare is not None:
             process, _ = self._spare
             _close_quietly(process.stdin)
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 kill(process)
             self._spare = None

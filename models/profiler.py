@@ -36,6 +36,7 @@ from interstice.models.launch import run_group
 from interstice.models.progress import measure_progress
 from interstice.models.trainer import build_trainer
 from interstice.models.zoo import build_blocks
+from interstice.optimizer import ScalabilityTable
 
 TABLE_COLUMNS = ("model", "nodes", "samples_per_s", "spb_depth", "progress_per_sample", "derived")
 SPB_RATIOS_FILE = Path(__file__).with_name("spb_ratios.csv")
@@ -199,29 +200,29 @@ def write_table(rows: list[Row]) -> str:
 def read_table(text: str) -> list[Row]:
     """Rows of a scalability CSV (optional columns default to depth 0, progress 1, measured).
 
+    Parsed and validated by the optimizer's own reader, so a table the profiler accepts is one
+    the optimizer accepts; only the ``derived`` column is read here.
+
     Raises:
         ValueError: a missing column or a bad value, naming the line.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    missing = {"model", "nodes", "samples_per_s"} - set(reader.fieldnames or ())
-    if missing:
-        raise ValueError(f"missing column(s) {', '.join(sorted(missing))}")
-    rows = []
-    for line, r in enumerate(reader, start=2):
-        try:
-            rows.append(
-                Row(
-                    r["model"],
-                    int(r["nodes"]),
-                    float(r["samples_per_s"]),
-                    int(r.get("spb_depth") or 0),
-                    float(r.get("progress_per_sample") or 1.0),
-                    (r.get("derived") or "false").strip().lower() == "true",
-                )
-            )
-        except ValueError as exc:
-            raise ValueError(f"line {line}: {exc}") from None
-    return rows
+    table = ScalabilityTable.from_csv(text)
+    derived = {
+        (r["model"], int(r["nodes"]), int(r.get("spb_depth") or 0))
+        for r in csv.DictReader(io.StringIO(text))
+        if (r.get("derived") or "false").strip().lower() == "true"
+    }
+    return [
+        Row(
+            p.model,
+            p.nodes,
+            p.samples_per_s,
+            p.spb_depth,
+            p.progress_per_sample,
+            (p.model, p.nodes, p.spb_depth) in derived,
+        )
+        for p in table.points
+    ]
 
 
 def spb_ratios(profile_rows: list[Row]) -> dict[tuple[str, int], tuple[float, float]]:
