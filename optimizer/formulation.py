@@ -53,18 +53,18 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         the same rate on them (the jobs share a scalability table); beta < 1 discounts the
         successor's rescale_up_s and the chance that no job wants them. With (a)'s cap alone
         (beta = 0) a job that can finish within H values no node beyond the fewest that
-        finish it, so with H >= 300 s most of the idle pool stayed unused and nearly
+        finish it: at H = 300 s 41 % of the idle node time stayed unused and nearly
         finished jobs waited for hours; BFTrainer's MILP has no cap (beta = 1). With the
         term, (i) a node goes first to a job that turns it into goodput within the horizon
-        when that job's marginal samples/s is at least beta times the finishing job's;
+        when that job's marginal samples/s is above beta times the finishing job's;
         (ii) a finishable job still takes more nodes, so it finishes sooner, whenever its
         rate grows with the count and a grow's rescale_up_s pays back. beta was chosen by
-        the 24 h replay (README): goodput at H = 60 / 300 s / auto, CP-SAT, 1e10 samples:
+        the 24 h replay (README): goodput in 1e10 samples at H = 60 / 300 s / auto, CP-SAT:
         beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
     v_j(n, d) = q_j ** w_p / (r_j(1, d0) if speedup else 1)
                 * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
-    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, q_j = 1) give plain goodput in samples.
+    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, q_j = 1) give goodput plus (g), samples.
 
 Variables:
     z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none).

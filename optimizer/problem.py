@@ -267,7 +267,8 @@ class Weights(BaseModel):
     u = the job's one-node samples/s x the horizon, what one node earns it over the horizon.
 
     Attributes:
-        throughput: weight of goodput (samples over the forecast horizon).
+        throughput: weight of goodput (samples over the forecast horizon) and of the
+            early-finish term (g).
         speedup: divide each job's term by its one-node rate (the "speedup" variant of
             BFTrainer's admin-defined metrics, arXiv 2106.12091), so small and large models
             weigh alike.

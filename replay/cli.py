@@ -32,12 +32,17 @@ def replay(
     ),
     seed: int = typer.Option(0, help="Seed of the --nodes draw."),
     policy: str = typer.Option("milp", help="milp, greedy or equal-share."),
-    backend: str = typer.Option("cbc", help="MILP backend: cbc or cpsat."),
+    backend: str = typer.Option(
+        "cpsat",
+        help="MILP backend: cpsat or cbc (same goodput on a 24 h replay at --horizon 60; "
+        "CP-SAT's solves took 8 s in all, CBC's 14 s).",
+    ),
     horizon: str = typer.Option(
         "60",
         help="Forecast horizon in seconds, or auto (expected remaining idle time). Keep it "
         "above the jobs' rescale_up_s (about 18 s), or no job ever grows; on a 24 h replay "
-        "30-60 s trained the most samples, auto and 300 s or more far fewer (README).",
+        "60-300 s trained the most samples (2.12e10), 30 s, 600 s and auto 1-4 % fewer "
+        "(README).",
     ),
     max_active_jobs: int = typer.Option(10, help="Most jobs admitted at once (BFTrainer: 10)."),
     min_solve_interval: float = typer.Option(
