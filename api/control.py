@@ -113,6 +113,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 fairness=objective.fairness,
                 priority=objective.priority,
                 churn=objective.churn,
+                early_finish=objective.early_finish,
             ),
             horizon_s=horizon_s(session, objective, pool),
             time_limit_s=objective.time_limit_s,

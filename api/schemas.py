@@ -330,7 +330,9 @@ class ObjectivePublic(BaseModel):
     """The optimizer's objective settings.
 
     Attributes:
-        throughput, speedup, fairness, priority, churn: the optimizer's ``Weights``.
+        throughput, speedup, fairness, priority, churn, early_finish: the optimizer's
+            ``Weights`` (``early_finish``: beta of the objective's early-finish term, in
+            [0, 1]).
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
@@ -342,6 +344,7 @@ class ObjectivePublic(BaseModel):
     fairness: float
     priority: float
     churn: float
+    early_finish: float
     horizon_s: float | Literal["auto"]
     backend: Backend
     time_limit_s: float
@@ -355,6 +358,7 @@ class ObjectiveUpdate(Request):
     fairness: float | None = Field(default=None, ge=0, le=1e6)
     priority: float | None = Field(default=None, ge=0, le=100)
     churn: float | None = Field(default=None, ge=0, le=1e12)
+    early_finish: float | None = Field(default=None, ge=0, le=1)
     horizon_s: float | Literal["auto"] | None = Field(default=None)
     backend: Backend | None = None
     time_limit_s: float | None = Field(default=None, gt=0, le=3600)

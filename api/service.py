@@ -50,6 +50,7 @@ DEFAULT_OBJECTIVE: dict[str, Any] = {
     "fairness": 0.0,
     "priority": 1.0,
     "churn": 0.0,
+    "early_finish": 0.9,
     "horizon_s": "auto",
     "backend": "cpsat",
     "time_limit_s": 10.0,

@@ -24,7 +24,7 @@ Data:
     H          forecast horizon, seconds (``horizon_s``: fixed, or the expected remaining
                idle time, :func:`interstice.optimizer.horizon.expected_remaining_idle_s`).
     w          ``Weights``: throughput w_t, fairness w_f, churn w_c, priority exponent w_p,
-               speedup flag.
+               speedup flag, early-finish weight beta.
     O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d).
 
 Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py``):
@@ -45,7 +45,7 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         one-node equivalents (the "speedup" variant of BFTrainer's admin-defined metrics).
     (g) early finish: + beta * max(0, r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)) - R_j),
         samples: what the option would train beyond R_j within the horizon, at weight
-        beta = 0.9 (``objective.EARLY_FINISH_WEIGHT``). A job that finishes within the
+        beta = ``Weights.early_finish``, default 0.9, in [0, 1]. A job that finishes within the
         horizon does so at T_j = c_j(n, d) + R_j / (r_j(n, d) p_j(d)) < H, and the term
         equals beta * r_j(n, d) p_j(d) * (H - T_j): the horizon time its nodes are freed
         for, valued at beta times its own rate. Justification: in the rolling horizon the
@@ -64,7 +64,8 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
     v_j(n, d) = q_j ** w_p / (r_j(1, d0) if speedup else 1)
                 * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
-    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, q_j = 1) give goodput plus (g), samples.
+    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1) give goodput plus (g),
+    samples.
 
 Variables:
     z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none).

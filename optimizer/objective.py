@@ -18,11 +18,6 @@ if TYPE_CHECKING:
     from interstice.optimizer.problem import Job, ScalabilityTable, Weights
 
 
-EARLY_FINISH_WEIGHT = 0.9
-"""beta of eq. (g): the weight of the samples a job's option would train beyond its
-``samples_remaining`` within the horizon, i.e. of finishing early (formulation docstring)."""
-
-
 @dataclass(frozen=True, slots=True)
 class OptionScores:
     """What one job earns over the forecast horizon with each (depth, count) option.
@@ -102,7 +97,7 @@ def score_options(
     cost_s[:, counts == 0] = 0.0
     trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
     goodput = np.minimum(trained, job.samples_remaining)  # (a)
-    early_finish = EARLY_FINISH_WEIGHT * (trained - goodput)  # (g)
+    early_finish = weights.early_finish * (trained - goodput)  # (g)
     rescaled = (counts != held) | ((counts > 0) & depth_changed)  # (e)
     one_node = one_node_rate(job, table)
     unit = one_node * horizon_s  # samples one node earns over H

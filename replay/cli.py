@@ -49,6 +49,13 @@ def replay(
         0.0, help="Least simulated seconds between two solves (0: solve at every event)."
     ),
     time_limit: float = typer.Option(10.0, help="Solver wall-clock limit per solve, seconds."),
+    early_finish: float = typer.Option(
+        0.9,
+        help="Weight beta in [0, 1] of the objective's early-finish term (g): samples a job "
+        "would train beyond its remaining ones within the horizon (0: the bare cap, 1: no cap, "
+        "as BFTrainer). On a 24 h replay 0.9 trained the most, 0 5 % less at --horizon 60 and "
+        "57 % less at auto (optimizer/formulation.py).",
+    ),
     no_baselines: bool = typer.Option(
         False, "--no-baselines", help="Replay only --policy, not the other two as baselines."
     ),
@@ -56,7 +63,7 @@ def replay(
 ) -> None:
     """Replay elastic jobs on the node-state trace; write report.json and report.png."""
     import numpy as np
-    from interstice.optimizer import ScalabilityTable, equal_share, greedy, solve
+    from interstice.optimizer import ScalabilityTable, Weights, equal_share, greedy, solve
     from interstice.replay import report as report_module
     from interstice.replay.horizon import AutoHorizon, FixedHorizon
     from interstice.replay.jobs import load_jobs
@@ -81,6 +88,8 @@ def replay(
         fail(f"--min-solve-interval must be >= 0, got {min_solve_interval}")
     if not time_limit > 0:
         fail(f"--time-limit must be > 0, got {time_limit}")
+    if not 0 <= early_finish <= 1:
+        fail(f"--early-finish must be within [0, 1], got {early_finish}")
     horizon_s = None
     if horizon != "auto":
         try:
@@ -145,6 +154,7 @@ def replay(
         max_active_jobs=max_active_jobs,
         min_solve_interval_s=min_solve_interval,
         time_limit_s=time_limit,
+        weights=Weights(early_finish=early_finish),
     )
     console = Console(stderr=True)
     window_start = window.start.astype(object)
@@ -202,6 +212,7 @@ def replay(
         "max_active_jobs": max_active_jobs,
         "min_solve_interval_s": min_solve_interval,
         "time_limit_s": time_limit,
+        "early_finish": early_finish,
     }
     full = report_module.build_report(settings, results)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from api_helpers import SCALABILITY_CSV
+from interstice.api.control import build_problem
+from interstice.api.tables import Config
+from interstice.optimizer import Weights
 
 
 def test_objective_defaults_changes_and_audit(api) -> None:
@@ -13,6 +16,7 @@ def test_objective_defaults_changes_and_audit(api) -> None:
         "fairness": 0.0,
         "priority": 1.0,
         "churn": 0.0,
+        "early_finish": 0.9,
         "horizon_s": "auto",
         "backend": "cpsat",
         "time_limit_s": 10.0,
@@ -40,7 +44,19 @@ def test_bad_objective_values_name_the_field(api) -> None:
     assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
         (["body", "backend"], "Input should be 'cbc' or 'cpsat'")
     ]
+    r = api.call("PUT", "/v1/objective", "admin", json={"early_finish": 1.5})
+    assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+        (["body", "early_finish"], "Input should be less than or equal to 1")
+    ]
     assert api.call("GET", "/v1/audit", "admin").json()["count"] == 0
+
+
+def test_an_objective_stored_before_early_finish_existed_loads_the_default(api) -> None:
+    stored = api.call("GET", "/v1/objective", "admin").json() | {"churn": 0.25}
+    del stored["early_finish"]
+    with api.app.state.service.db.write() as session:
+        session.add(Config(key="objective", value=stored))
+    assert api.call("GET", "/v1/objective", "admin").json() == stored | {"early_finish": 0.9}
 
 
 def test_the_solver_uses_the_changed_backend(api) -> None:
@@ -50,6 +66,22 @@ def test_the_solver_uses_the_changed_backend(api) -> None:
     assert [c["kind"] for c in api.poll(agent)] == ["start"]
     backends = api.client.get("/metrics").text
     assert 'interstice_solver_status_total{status="optimal"}' in backends
+
+
+def test_the_problem_carries_every_changed_weight(api) -> None:
+    weights = {
+        "throughput": 0.5,
+        "speedup": True,
+        "fairness": 0.2,
+        "priority": 0.0,
+        "churn": 0.1,
+        "early_finish": 0.0,
+    }
+    assert api.call("PUT", "/v1/objective", "admin", json=weights).status_code == 200
+    api.register("n1", report_idle=True)
+    api.submit(min_nodes=1, max_nodes=1)
+    problem, _ = build_problem(api.app.state.service)
+    assert problem.weights == Weights(**weights)
 
 
 def test_scalability_upload_replaces_the_table(api) -> None:

@@ -84,6 +84,7 @@ def random_problem(rng: random.Random) -> Problem:
         fairness=rng.choice([0.0, rng.uniform(0, 1)]),
         priority=rng.choice([0.0, 1.0, rng.uniform(0, 2)]),
         churn=rng.choice([0.0, rng.uniform(0, 0.5)]),
+        early_finish=rng.choice([0.0, 0.9, 1.0, rng.uniform(0, 1)]),
     )
     return Problem(idle_nodes=tuple(nodes), jobs=tuple(jobs), scalability=table,
                    weights=weights, horizon_s=rng.uniform(10, 200))  # fmt: skip

@@ -9,11 +9,11 @@ from interstice.optimizer import (
     Problem,
     ScalabilityPoint,
     ScalabilityTable,
+    Weights,
     greedy,
     solve,
 )
 from interstice.optimizer.formulation import build_options
-from interstice.optimizer.objective import EARLY_FINISH_WEIGHT
 from interstice.optimizer.solve import chosen_options
 
 # Model "m" runs 100 samples/s per node, linearly, measured on 1, 2 and 4 nodes. Horizon
@@ -25,6 +25,8 @@ from interstice.optimizer.solve import chosen_options
 # Alone on four idle nodes, f takes all four (the cap alone: one node, three left idle).
 # With g on six idle nodes: g's goodput comes first, f gets the two g cannot use:
 #   g=4, f=2: 58,500;  g=3, f=3: 57,500;  g=2, f=4: 56,500;  g=4, f=1: 49,500.
+# With beta = 0 (the bare cap of (a)) f is worth 5,000 on any count, so it keeps one node:
+# alone [1] (5,000), and with g [1, 4] (45,000), one node left idle.
 TABLE = ScalabilityTable(
     points=tuple(ScalabilityPoint(model="m", nodes=n, samples_per_s=100.0 * n) for n in (1, 2, 4))
 )
@@ -39,10 +41,11 @@ SHARED = Problem(
     scalability=TABLE,
     horizon_s=100.0,
 )
+BARE_CAP = Weights(early_finish=0.0)
 
 
 def test_the_worked_values_use_the_documented_weight() -> None:
-    assert EARLY_FINISH_WEIGHT == 0.9
+    assert ALONE.weights.early_finish == Weights().early_finish == 0.9
     options = build_options(ALONE)
     # Every count is kept: each is worth strictly more than the fewer counts.
     assert options.count.tolist() == [0, 1, 2, 3, 4]
@@ -50,10 +53,27 @@ def test_the_worked_values_use_the_documented_weight() -> None:
     assert options.goodput.tolist() == pytest.approx([0.0] + [5000.0] * 4)
 
 
+def test_the_bare_cap_keeps_only_the_fewest_nodes_that_finish() -> None:
+    options = build_options(ALONE.model_copy(update={"weights": BARE_CAP}))
+    # Counts 2..4 are worth no more than 1 (5,000 each), so the reduction drops them.
+    assert options.count.tolist() == [0, 1]
+    assert options.value.tolist() == pytest.approx([0.0, 5000.0])
+
+
 @pytest.mark.parametrize(
     ("problem", "counts", "objective"),
-    [(ALONE, [4], 36500.0), (SHARED, [2, 4], 58500.0)],
-    ids=["finishable-job-takes-spare-nodes", "goodput-job-served-first"],
+    [
+        (ALONE, [4], 36500.0),
+        (SHARED, [2, 4], 58500.0),
+        (ALONE.model_copy(update={"weights": BARE_CAP}), [1], 5000.0),
+        (SHARED.model_copy(update={"weights": BARE_CAP}), [1, 4], 45000.0),
+    ],
+    ids=[
+        "finishable-job-takes-spare-nodes",
+        "goodput-job-served-first",
+        "bare-cap-alone",
+        "bare-cap-shared",
+    ],
 )
 def test_every_solver_allocates_as_worked_out(problem: Problem, counts: list, objective: float):
     options = build_options(problem)

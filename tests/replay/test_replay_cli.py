@@ -50,6 +50,21 @@ def test_no_baselines_replays_one_policy(tiny_files: dict[str, Path], tmp_path: 
     assert list(report["policies"]) == ["greedy"] and report["ratios"] == {}
 
 
+def test_early_finish_weight_reaches_the_objective(tiny_files: dict[str, Path], tmp_path: Path):
+    # At H = 300 s job B (50,000 samples) can finish within the horizon, so term (g) changes
+    # the allocations: the bare cap (0) trained 85,500 samples, the default 0.9 87,500.
+    goodput = {}
+    for beta in ("0", "0.9"):
+        out = tmp_path / beta
+        args = ["--horizon", "300", "--no-baselines", "--early-finish", beta, "--out", str(out)]
+        result = runner.invoke(app, ["replay", *args_of(tiny_files), *args])
+        assert result.exit_code == 0, result.stderr
+        report = json.loads((out / "report.json").read_text())
+        assert report["settings"]["early_finish"] == float(beta)
+        goodput[beta] = report["policies"]["milp"]["goodput_samples"]
+    assert goodput["0"] < goodput["0.9"]
+
+
 def test_real_window_with_default_paths(bftrainer_dir: Path, tmp_path: Path):
     result = runner.invoke(
         app,
@@ -85,6 +100,8 @@ BAD_ARGS = [
     (["--start", "2020-01-01T00:00:00"], "--start 2020-01-01T00:00:00 is outside the trace"),
     (["--nodes", "5"], "--nodes must be within 1..4"),
     (["--nodes", "0"], "--nodes must be within 1..4"),
+    (["--early-finish", "2"], "--early-finish must be within [0, 1]"),
+    (["--early-finish", "-0.1"], "--early-finish must be within [0, 1]"),
 ]
 
 
