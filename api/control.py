@@ -5,7 +5,7 @@ loop waits for staleness, sleeps ``debounce_s`` so close events coalesce into on
 snapshots the problem (:func:`build_problem`), runs the solver in a dedicated worker thread
 with the objective's time limit, then writes the allocation and the commands it implies in
 one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
-issue their commands at once (:func:`interstice.api.state.release_node`), even while a solve
+issue their commands at once (:func:`interstice.api.state.release_nodes`), even while a solve
 runs. A second task sweeps agent leases.
 """
 

@@ -144,15 +144,14 @@ class Service:
     # --- nodes ---------------------------------------------------------------------------
 
     def node_events(self, body: schemas.NodeEventsCreate) -> schemas.NodeEventsResult:
-        """Apply a batch of scheduler events in order (see :func:`state.apply_node_event`)."""
+        """Apply a batch of scheduler events in order (see :func:`state.apply_node_events`)."""
         changes = Changes()
         with self.db.write() as session:
-            records = [
-                state.apply_node_event(
-                    session, e.event_id, e.node, e.state, e.at, e.grace_s, changes
-                )
-                for e in body.events
-            ]
+            records = state.apply_node_events(
+                session,
+                [(e.event_id, e.node, e.state, e.at, e.grace_s) for e in body.events],
+                changes,
+            )
             data = [
                 schemas.NodeEventResult(
                     event_id=r.event_id,
@@ -369,6 +368,14 @@ class Service:
             self._renewed.add(number)
         return True
 
+    def touch_lease(self, agent_id: int) -> None:
+        """Renew the lease of an alive agent that made a request (a long-poll) as a heartbeat
+        without a report would, in memory only; :meth:`sweep` writes the time."""
+        with self._lease_lock:
+            if agent_id in self._leases:
+                self._leases[agent_id] = time.monotonic()
+                self._renewed.add(agent_id)
+
     def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
         """Renew the agent's lease, keep its report, record its job's progress.
 
@@ -402,7 +409,7 @@ class Service:
         changes = Changes()
         with self.db.write() as session:
             agent = self._agent(session, agent_id)
-            state.agent_gone(session, agent, "left", changes)
+            state.agents_gone(session, [agent], "left", changes)
             number = agent.id
         with self._lease_lock:
             self._leases.pop(number, None)
@@ -444,20 +451,22 @@ class Service:
         with self.db.write() as session:
             alive = session.scalars(select(Agent.id).where(Agent.state == "alive")).all()
             silent = [a for a in alive if now - leases.get(a, self._started) > limit_s]
-            for agent in session.scalars(select(Agent).where(Agent.id.in_(silent))):
+            lost = list(session.scalars(select(Agent).where(Agent.id.in_(silent))))
+            for agent in lost:
                 log.info("agent %s on %s lost", agent.agent_id, agent.node)
-                state.agent_gone(session, agent, "lost", changes)
+            state.agents_gone(session, lost, "lost", changes)  # one rescale per job
             fresh = [
-                {
-                    "id": a,
-                    "last_heartbeat_at": wall - timedelta(seconds=now - leases[a]),
-                    "report": reports.get(a),
-                }
+                {"id": a, "last_heartbeat_at": wall - timedelta(seconds=now - leases[a])}
+                | ({"report": reports[a]} if a in reports else {})
                 for a in renewed
                 if a in leases and a not in silent
             ]
-            if fresh:
-                session.execute(update(Agent), fresh)
+            for rows in (
+                [row for row in fresh if "report" in row],
+                [row for row in fresh if "report" not in row],
+            ):
+                if rows:
+                    session.execute(update(Agent), rows)
         with self._lease_lock:
             for agent_id in silent:
                 self._leases.pop(agent_id, None)

@@ -8,12 +8,14 @@ rescales for the metrics). They never call the solver.
 The one rule for moving a job from node set S' to S (docs/agent-protocol.md): a new
 generation with rendezvous id ``<job_id>-g<generation>`` and endpoint
 ``<host of the agent on min(S)>:<one of its ports, by generation>``; ``start`` to S \\ S',
-``rescale`` to S ∩ S' (world size |S|), ``stop`` to S' \\ S.
+``rescale`` to S ∩ S' (world size |S|), ``stop`` to S' \\ S. A new command supersedes its
+agent's older unacknowledged ``start``/``rescale`` of the same job (:func:`supersede`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,6 +33,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 ACTIVE_JOB_STATES = ("queued", "running")
+SUPERSEDABLE_KINDS = ("start", "rescale")
+"""Kinds a newer command of the same agent and job makes obsolete (a ``stop`` never is)."""
 DEFAULT_RENDEZVOUS_PORT = 29400
 """Port of the rendezvous endpoint when the agent on the first node registered no ports."""
 
@@ -134,25 +138,25 @@ def move_job(
             endpoint = f"{first.host}:{port}"
     now = utcnow()
     kept = set(from_nodes) & set(to_nodes)
+    newer: dict[int, Command] = {}
     for node in sorted(set(from_nodes) | set(to_nodes)):
         kind = "rescale" if node in kept else ("start" if node in to_nodes else "stop")
         agent = agents.get(node)
         if agent is None:
             continue
-        session.add(
-            Command(
-                agent_id=agent.id,
-                job_id=job.id,
-                kind=kind,
-                world_size=len(to_nodes),
-                rendezvous_endpoint=endpoint,
-                rendezvous_id=rendezvous_id,
-                spb_depth=to_depth,
-                deadline=deadline,
-                created_at=now,
-            )
+        newer[agent.id] = Command(
+            agent_id=agent.id,
+            job_id=job.id,
+            kind=kind,
+            world_size=len(to_nodes),
+            rendezvous_endpoint=endpoint,
+            rendezvous_id=rendezvous_id,
+            spb_depth=to_depth,
+            deadline=deadline,
+            created_at=now,
         )
         changes.wake.add(agent.id)
+    supersede(session, job.id, newer)
     for node in session.scalars(select(Node).where(Node.name.in_(set(from_nodes) | set(to_nodes)))):
         node.holder_job_id = job.id if node.name in to_nodes else None
     session.add(
@@ -173,35 +177,99 @@ def move_job(
     changes.stale = True
 
 
-def release_node(
+def supersede(session: Session, job_id: int, newer: dict[int, Command]) -> None:
+    """Add ``newer`` (agent id -> its new command of ``job_id``) and acknowledge, for the
+    agents, their older unacknowledged ``start``/``rescale`` of the job: ``ok`` with the note
+    ``superseded by command N`` in ``error``. They are no longer pending, so a long-poll
+    answers only the newest generation; a ``stop`` is never superseded and the commands that
+    remain keep their order. The agent's own later ack of one returns that record."""
+    if not newer:
+        return
+    older = list(
+        session.scalars(
+            select(Command).where(
+                Command.job_id == job_id,
+                Command.agent_id.in_(newer),
+                Command.acked_at.is_(None),
+                Command.kind.in_(SUPERSEDABLE_KINDS),
+            )
+        )
+    )
+    session.add_all(newer.values())
+    if not older:
+        return
+    session.flush()
+    now = utcnow()
+    for command in older:
+        command.acked_at, command.ok = now, True
+        command.error = f"superseded by command {newer[command.agent_id].id}"
+
+
+def release_nodes(
     session: Session,
-    node: Node,
+    nodes: Iterable[Node],
     *,
     reason: str,
     deadline: datetime,
     changes: Changes,
-) -> int | None:
-    """Take ``node`` from the job holding it, at once (a reclaim; the solver is not waited for).
+) -> dict[str, int]:
+    """Take ``nodes`` from the jobs holding them, at once (the solver is not waited for).
 
-    The node's agent gets ``stop``; the job's other nodes get ``rescale`` at the reduced world
+    Each job holding some of them moves once, to one new generation without all of them:
+    their agents get ``stop``; the job's other nodes get ``rescale`` at the reduced world
     size, or ``stop`` when fewer than ``min_nodes`` would remain.
 
     Returns:
-        The id of the job that held the node, or None.
+        The id of the job that held each released node, by node name.
     """
-    if node.holder_job_id is None:
-        return None
-    job = session.get_one(Job, node.holder_job_id)
-    remaining = [n for n in held_nodes(session, job.id) if n != node.name]
-    if len(remaining) < job.min_nodes:
-        remaining = []
-    move_job(
-        session, job, remaining, job.spb_depth, reason=reason, deadline=deadline, changes=changes
-    )
-    return job.id
+    taken: dict[int, set[str]] = {}
+    for node in nodes:
+        if node.holder_job_id is not None:
+            taken.setdefault(node.holder_job_id, set()).add(node.name)
+    for job_id, names in sorted(taken.items()):
+        job = session.get_one(Job, job_id)
+        remaining = [n for n in held_nodes(session, job.id) if n not in names]
+        if len(remaining) < job.min_nodes:
+            remaining = []
+        move_job(
+            session,
+            job,
+            remaining,
+            job.spb_depth,
+            reason=reason,
+            deadline=deadline,
+            changes=changes,
+        )
+    return {name: job_id for job_id, names in taken.items() for name in names}
 
 
-def apply_node_event(
+def apply_node_events(
+    session: Session,
+    events: Iterable[tuple[str, str, str, datetime, float]],
+    changes: Changes,
+) -> list[NodeEvent]:
+    """Apply scheduler events ``(event_id, node, state, at, grace_s)`` in order; a repeated
+    ``event_id`` returns the stored event unchanged.
+
+    ``busy`` on a held node is a reclaim: after the batch, the reclaimed nodes are released
+    (:func:`release_nodes`, deadline ``at + grace_s``), one new generation per job and
+    deadline, so several nodes of one job reclaimed together rescale it once. An idle
+    interval that ends is recorded for the ``auto`` forecast horizon.
+
+    Raises:
+        Conflict: an ``event_id`` was already used for a different event.
+    """
+    reclaims: dict[str, tuple[Node, datetime]] = {}
+    records = [_apply_node_event(session, *event, changes, reclaims) for event in events]
+    by_deadline: dict[datetime, list[Node]] = {}
+    for node, deadline in reclaims.values():
+        by_deadline.setdefault(deadline, []).append(node)
+    for deadline, nodes in sorted(by_deadline.items()):
+        release_nodes(session, nodes, reason="reclaim", deadline=deadline, changes=changes)
+    return records
+
+
+def _apply_node_event(
     session: Session,
     event_id: str,
     node_name: str,
@@ -209,15 +277,9 @@ def apply_node_event(
     at: datetime,
     grace_s: float,
     changes: Changes,
+    reclaims: dict[str, tuple[Node, datetime]],
 ) -> NodeEvent:
-    """Apply one scheduler event; a repeated ``event_id`` returns the stored one unchanged.
-
-    ``busy`` on a held node is a reclaim (:func:`release_node`, deadline ``at + grace_s``).
-    An idle interval that ends is recorded for the ``auto`` forecast horizon.
-
-    Raises:
-        Conflict: ``event_id`` was already used for a different event.
-    """
+    """One event of :func:`apply_node_events`; a reclaimed node joins ``reclaims``."""
     seen = session.get(NodeEvent, event_id)
     if seen is not None:
         if (seen.node, seen.state, seen.at, seen.grace_s) != (node_name, state, at, grace_s):
@@ -238,13 +300,9 @@ def apply_node_event(
                     length_s=max(0.0, (at - node.since).total_seconds()),
                 )
             )
-            reclaimed = release_node(
-                session,
-                node,
-                reason="reclaim",
-                deadline=at + timedelta(seconds=grace_s),
-                changes=changes,
-            )
+            if node.holder_job_id is not None and node_name not in reclaims:
+                reclaimed = node.holder_job_id
+                reclaims[node_name] = (node, at + timedelta(seconds=grace_s))
         node.state = state
         node.since = at
         changes.stale = True
@@ -294,22 +352,25 @@ def record_progress(session: Session, job_id: int, samples_done: float, changes:
         end_job(session, job, "finished", changes=changes)
 
 
-def agent_gone(session: Session, agent: Agent, state: str, changes: Changes) -> None:
-    """Mark ``agent`` ``lost`` or ``left``; its node leaves the pool and its job is rescaled."""
-    if agent.state == state:
+def agents_gone(session: Session, agents: Iterable[Agent], state: str, changes: Changes) -> None:
+    """Mark ``agents`` ``lost`` or ``left``: their nodes leave the pool and each job holding
+    some of them is rescaled once without all of them (:func:`release_nodes`)."""
+    gone = [a for a in agents if a.state != state]
+    if not gone:
         return
-    was_alive = agent.state == "alive"
-    agent.state = state
-    node = session.get(Node, agent.node)
-    if node is not None:
-        release_node(
-            session,
-            node,
-            reason="agent_lost" if state == "lost" else "agent_left",
-            deadline=utcnow(),
-            changes=changes,
-        )
-        changes.stale = changes.stale or (was_alive and node.state == "idle")
+    was_alive = {a.node for a in gone if a.state == "alive"}
+    for agent in gone:
+        agent.state = state
+    nodes = list(session.scalars(select(Node).where(Node.name.in_([a.node for a in gone]))))
+    release_nodes(
+        session,
+        nodes,
+        reason="agent_lost" if state == "lost" else "agent_left",
+        deadline=utcnow(),
+        changes=changes,
+    )
+    if any(n.state == "idle" and n.name in was_alive for n in nodes):
+        changes.stale = True
 
 
 def pending_commands(session: Session, agent_id: int) -> list[tuple[Command, Job]]:

@@ -76,10 +76,14 @@ async def poll_commands(
 ) -> CommandsPublic:
     """Long-poll: every pending command of the agent, oldest first, at once when there is
     one; else after at most ``wait`` seconds, none. A command is answered again until
-    acknowledged. Roles: agent."""
-    number = service.alive_agent(agent_id) or await anyio.to_thread.run_sync(
-        service.known_agent, agent_id, limiter=service.poll_reads
-    )
+    acknowledged. A poll of an alive agent renews its lease like a heartbeat. Roles: agent."""
+    number = service.alive_agent(agent_id)
+    if number is not None:
+        service.touch_lease(number)
+    else:
+        number = await anyio.to_thread.run_sync(
+            service.known_agent, agent_id, limiter=service.poll_reads
+        )
     woken = service.notifier.subscribe(number)
     answer = await anyio.to_thread.run_sync(service.commands, number, limiter=service.poll_reads)
     wait_s = min(wait, service.settings.max_poll_wait_s)

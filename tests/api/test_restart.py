@@ -157,8 +157,9 @@ def test_kill9_restart_keeps_every_row_and_long_polls_resume(server: Server) -> 
         json={"model": "tinycnn", "min_nodes": 1, "max_nodes": 1, "total_samples": 1e6},
     ).json()
     before = _settled_snapshot(c, agents["n2"])
-    assert before["pending"]["count"] >= 1  # n2's start, never acknowledged
-    assert before["pending"]["data"][0]["kind"] == "start"
+    # n2's commands of the newest generation, never acknowledged: its first start was
+    # superseded when the second job's solve moved n2 (to the second job, or within the first)
+    assert [x["kind"] for x in before["pending"]["data"]] in (["stop", "start"], ["rescale"])
     assert {j["job_id"] for j in before["jobs"]["data"]} == {first["job_id"], second["job_id"]}
     assert before["jobs"]["data"][1]["samples_done"] == 1234
     assert before["audit"]["count"] == 1
