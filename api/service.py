@@ -95,6 +95,9 @@ class Service:
         """Threads of the long-polls' reads (set at start-up), apart from FastAPI's pool where
         writers queue on the write lock: a waiting writer never delays a poll's answer."""
         self._renewed: set[int] = set()
+        self._lost: set[int] = set()
+        """Agents this process's sweeps marked lost: a heartbeat revives them in memory."""
+        self._revived: set[int] = set()
         self._lease_lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -357,12 +360,18 @@ class Service:
 
     def renew_lease(self, agent_id: str, body: schemas.Heartbeat) -> bool:
         """The in-memory part of a heartbeat: renew the lease and keep the report of an alive
-        agent that reports no progress. False when :meth:`heartbeat` must run (unknown or
-        lost agent, or ``samples_done`` to record)."""
-        number = self.alive_agent(agent_id)
+        agent, or of one a sweep of this process marked lost (its revival is written by the
+        next :meth:`sweep`, in bulk), that reports no progress. False when :meth:`heartbeat`
+        must run (unknown, left or otherwise lost agent, or ``samples_done`` to record)."""
+        number = parse_id(agent_id, "a")
         if number is None or (body.job_id is not None and body.samples_done is not None):
             return False
         with self._lease_lock:
+            if number in self._lost:
+                self._lost.discard(number)
+                self._revived.add(number)
+            elif number not in self._leases:
+                return False
             self._leases[number] = time.monotonic()
             self._reports[number] = body.model_dump()
             self._renewed.add(number)
@@ -379,9 +388,10 @@ class Service:
     def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
         """Renew the agent's lease, keep its report, record its job's progress.
 
-        A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only a revival
-        or new progress writes to the database; the lease itself lives in memory
-        (:meth:`renew_lease`) and is flushed by :meth:`sweep`.
+        A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only new
+        progress or the revival of an agent not lost by this process's sweeps writes to the
+        database here; the lease and the other revivals live in memory (:meth:`renew_lease`)
+        and are flushed by :meth:`sweep`.
         """
         job_number = None if body.job_id is None else parse_id(body.job_id, "j")
         if self.renew_lease(agent_id, body):
@@ -414,6 +424,8 @@ class Service:
         with self._lease_lock:
             self._leases.pop(number, None)
             self._reports.pop(number, None)
+            self._lost.discard(number)
+            self._revived.discard(number)
         self.after_commit(changes)
 
     def list_agents(self) -> schemas.AgentsPublic:
@@ -436,8 +448,9 @@ class Service:
         return schemas.AgentsPublic(data=data, count=len(data))
 
     def sweep(self) -> None:
-        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost; write the leases
-        and reports renewed since the last sweep to the database (one bulk update).
+        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost (their jobs rescale
+        once each); write the revivals, leases and reports renewed since the last sweep to the
+        database (bulk updates).
 
         A lease starts no earlier than this process did, so a restart does not lose agents.
         """
@@ -446,9 +459,17 @@ class Service:
         with self._lease_lock:
             leases = dict(self._leases)
             renewed, self._renewed = self._renewed, set()
+            revived, self._revived = self._revived, set()
             reports = {a: self._reports[a] for a in renewed if a in self._reports}
         changes = Changes()
         with self.db.write() as session:
+            for agent, node_state in session.execute(
+                select(Agent, Node.state)
+                .outerjoin(Node, Node.name == Agent.node)
+                .where(Agent.id.in_(revived), Agent.state == "lost")
+            ):
+                agent.state = "alive"
+                changes.stale = changes.stale or node_state == "idle"
             alive = session.scalars(select(Agent.id).where(Agent.state == "alive")).all()
             silent = [a for a in alive if now - leases.get(a, self._started) > limit_s]
             lost = list(session.scalars(select(Agent).where(Agent.id.in_(silent))))
@@ -470,6 +491,7 @@ class Service:
         with self._lease_lock:
             for agent_id in silent:
                 self._leases.pop(agent_id, None)
+            self._lost.update(silent)
         self.after_commit(changes)
 
     def commands(self, agent_id: int) -> schemas.CommandsPublic:

@@ -400,8 +400,11 @@ def ack_command(
 ) -> Command:
     """Acknowledge a command (idempotent: a second ack returns the first one's record).
 
-    A failed ack is recorded on the command and counted on the job; a job whose commands
-    failed ``max_failures`` times is ``failed`` and its nodes are freed.
+    A failed ack is recorded on the command; a failed ``start`` or ``rescale`` is also counted
+    on the job, and a job whose commands failed ``max_failures`` times is ``failed`` and its
+    nodes are freed. A failed ``stop`` is recorded only: it means the node ran none of the
+    job's workers (e.g. the ``start`` it would undo was superseded before the agent ran it),
+    so the job lost nothing.
 
     Raises:
         NotFound: no such command for this agent.
@@ -414,7 +417,7 @@ def ack_command(
     command.acked_at = utcnow()
     command.ok = ok
     command.error = None if ok else (error or "no error message")
-    if not ok:
+    if not ok and command.kind != "stop":
         job = session.get_one(Job, command.job_id)
         job.failed_commands += 1
         if job.failed_commands >= max_failures and job.state in ACTIVE_JOB_STATES:

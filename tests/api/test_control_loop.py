@@ -233,6 +233,26 @@ def test_failed_acks_are_recorded_and_fail_the_job(make_api) -> None:
         assert (shown["state"], shown["nodes"]) == ("failed", [])
 
 
+def test_a_failed_stop_is_recorded_but_does_not_fail_the_job(make_api) -> None:
+    # A stop the agent cannot carry out (it runs no workers of the job, e.g. because the start
+    # it undoes was superseded before the agent ran it) costs the job nothing.
+    with make_api(max_command_failures=1) as api:
+        agents, job, _ = _start_two_node_job(api)
+        assert api.node_events(("e3", "n2", "busy", 5)).status_code == 200
+        stops = [c for c in api.poll(agents["n2"]) if c["kind"] == "stop"]
+        assert [c["job_id"] for c in stops] == [job["job_id"]]
+        r = api.call(
+            "POST",
+            f"/v1/agents/{agents['n2']}/commands/{stops[0]['command_id']}/ack",
+            "agent",
+            json={"ok": False, "error": "runs no workers of it"},
+        )
+        assert r.status_code == 200 and r.json()["ok"] is False
+        shown = api.job(job["job_id"])
+        assert [e["error"] for e in shown["errors"]] == ["runs no workers of it"]
+        assert (shown["state"], shown["nodes"]) == ("running", ["n1"])
+
+
 def test_spb_jobs_may_run_deeper_and_dp_jobs_stay_at_depth_zero(api) -> None:
     agents = {n: api.register(n) for n in ("n1", "n2")}
     api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))

@@ -1,0 +1,142 @@
+"""Under load the service sends each node only its job's newest generation: superseded
+commands leave the long-poll, one sweep's lost agents (and one batch's reclaims) rescale a
+job once, and a long-poll renews the agent's lease."""
+
+from __future__ import annotations
+
+import time
+
+from interstice.api.state import parse_id
+from interstice.api.tables import Agent, Command
+
+
+def _start_job_on(api, nodes: list[str]):  # type: ignore[no-untyped-def]
+    """Register ``nodes`` idle and run one job on all of them; returns agents, job, starts."""
+    agents = {n: api.register(n) for n in nodes}
+    api.node_events(*((f"e-{n}", n, "idle", 0) for n in nodes))
+    job = api.submit(min_nodes=1, max_nodes=len(nodes))
+    api.wait_for(lambda: api.job(job["job_id"])["nodes"] == nodes)
+    starts = {n: api.poll(a, wait=0) for n, a in agents.items()}
+    return agents, job, starts
+
+
+def _kinds(commands: list[dict]) -> list[tuple[str, str]]:
+    return [(c["kind"], c["rendezvous_id"]) for c in commands]
+
+
+def test_superseded_commands_are_not_delivered_and_a_stop_never_is(api) -> None:
+    agents, job, starts = _start_job_on(api, ["n1", "n2"])
+    j = job["job_id"]
+    assert _kinds(starts["n1"]) == _kinds(starts["n2"]) == [("start", f"{j}-g1")]
+    api.node_events(("b2", "n2", "busy", 30))  # nobody acked the starts
+    (rescale,) = api.poll(agents["n1"], wait=0)
+    assert _kinds([rescale]) == [("rescale", f"{j}-g2")]
+    (stop,) = api.poll(agents["n2"], wait=0)
+    assert _kinds([stop]) == [("stop", f"{j}-g2")]
+
+    api.node_events(("i2", "n2", "idle", 0))  # the solver gives n2 back to the job
+    api.wait_for(lambda: api.job(j)["nodes"] == ["n1", "n2"])
+    assert _kinds(api.poll(agents["n1"], wait=0)) == [("rescale", f"{j}-g3")]
+    # the unacknowledged stop stays, before the newer start
+    assert _kinds(api.poll(agents["n2"], wait=0)) == [("stop", f"{j}-g2"), ("start", f"{j}-g3")]
+
+    # the agent's own late ack of a superseded command returns the service's record
+    first = starts["n1"][0]["command_id"]
+    r = api.call(
+        "POST",
+        f"/v1/agents/{agents['n1']}/commands/{first}/ack",
+        "agent",
+        json={"ok": False, "error": "too late"},
+    )
+    assert r.status_code == 200 and r.json()["ok"] is True
+    with api.app.state.service.db.read() as session:
+        assert session.get(Command, first).error == f"superseded by command {rescale['command_id']}"
+    shown = api.job(j)
+    assert (shown["state"], shown["errors"]) == ("running", [])
+
+
+def test_agents_lost_in_one_sweep_rescale_their_job_once(api) -> None:
+    nodes = ["n1", "n2", "n3", "n4"]
+    agents, job, starts = _start_job_on(api, nodes)
+    for node, agent in agents.items():
+        api.ack_all(agent, starts[node])
+    service = api.app.state.service
+    silent = {parse_id(agents[n], "a") for n in ("n2", "n3", "n4")}
+    with service._lease_lock:  # their last heartbeat: long before the 3 x 10 s limit
+        for number in silent:
+            service._leases[number] -= 1000
+    service.sweep()
+
+    rescales = api.job(job["job_id"])["rescales"]
+    assert [(r["reason"], r["from_nodes"], r["to_nodes"]) for r in rescales[1:]] == [
+        ("agent_lost", nodes, ["n1"])
+    ]
+    j = job["job_id"]
+    assert [(c["kind"], c["world_size"]) for c in api.poll(agents["n1"], wait=0)] == [
+        ("rescale", 1)
+    ]
+    for node in ("n2", "n3", "n4"):
+        assert _kinds(api.poll(agents[node], wait=0)) == [("stop", f"{j}-g2")], node
+    states = {a["node"]: a["state"] for a in api.call("GET", "/v1/agents", "admin").json()["data"]}
+    assert states == {"n1": "alive", "n2": "lost", "n3": "lost", "n4": "lost"}
+
+
+def test_reclaims_in_one_batch_rescale_their_job_once(api) -> None:
+    nodes = ["n1", "n2", "n3", "n4"]
+    agents, job, starts = _start_job_on(api, nodes)
+    for node, agent in agents.items():
+        api.ack_all(agent, starts[node])
+    r = api.node_events(("b3", "n3", "busy", 30), ("b4", "n4", "busy", 30))
+    assert [e["reclaimed_job_id"] for e in r.json()["data"]] == [job["job_id"]] * 2
+    j = job["job_id"]
+    for node in ("n1", "n2"):
+        assert _kinds(api.poll(agents[node], wait=0)) == [("rescale", f"{j}-g2")], node
+    for node in ("n3", "n4"):
+        assert _kinds(api.poll(agents[node], wait=0)) == [("stop", f"{j}-g2")], node
+    rescales = api.job(j)["rescales"]
+    assert [(r["reason"], r["to_nodes"]) for r in rescales[1:]] == [("reclaim", ["n1", "n2"])]
+
+
+def test_a_long_poll_renews_the_lease(make_api) -> None:
+    with make_api(heartbeat_interval_s=0.2) as api:  # lost after 3 x 0.2 s of silence
+        polling, silent = api.register("n1"), api.register("n2")
+        beat = {"job_id": None, "world_size": 3, "step": None}
+        api.call("POST", f"/v1/agents/{polling}/heartbeat", "agent", json=beat)
+        began = time.monotonic()
+        while time.monotonic() - began < 2.5:  # 4 lease limits of polls, no heartbeat
+            assert api.poll(polling, wait=0.1) == []
+        states = {
+            a["node"]: a["state"] for a in api.call("GET", "/v1/agents", "admin").json()["data"]
+        }
+        assert states == {"n1": "alive", "n2": "lost"}
+        api.poll(silent, wait=0)  # a lost agent's poll does not revive it
+        time.sleep(0.3)
+        with api.app.state.service.db.read() as session:
+            lost, alive = session.get(Agent, 2), session.get(Agent, 1)
+            assert lost.state == "lost"
+            # the sweep wrote the polls' lease renewals, keeping the heartbeat's report
+            assert alive.last_heartbeat_at > lost.last_heartbeat_at
+            assert alive.report == beat | {"samples_per_s": None, "samples_done": None}
+
+
+def test_a_heartbeat_revives_a_lost_agent_and_its_node(make_api) -> None:
+    with make_api(heartbeat_interval_s=0.2) as api:
+        agent = api.register("n1", report_idle=True)
+
+        def n1() -> dict:
+            return api.call("GET", "/v1/nodes", "admin").json()["data"][0]
+
+        api.wait_for(lambda: n1()["agent"]["state"] == "lost", timeout_s=5)
+        assert n1()["allocatable"] is False
+        r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json={})
+        assert r.json() == {"agent_id": agent, "state": "alive"}
+        began = time.monotonic()
+        job = api.submit(min_nodes=1, max_nodes=1)
+        while time.monotonic() - began < 2:  # keep it alive; the sweep writes the revival
+            api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json={})
+            if n1()["allocatable"]:
+                break
+            time.sleep(0.05)
+        assert n1()["agent"]["state"] == "alive" and n1()["allocatable"] is True
+        assert time.monotonic() - began < 1  # within a few sweeps of 0.1 s
+        api.wait_for(lambda: api.job(job["job_id"])["nodes"] == ["n1"], timeout_s=5)
