@@ -22,7 +22,7 @@ from interstice.api.schemas import ObjectivePublic
 from interstice.api.service import Service
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, parse_id
 from interstice.api.tables import AllocationRecord, IdleInterval, Job, Node, utcnow
-from interstice.optimizer import Allocation, Problem, Weights, expected_remaining_idle_s
+from interstice.optimizer import Allocation, Problem, Weights, pool_remaining_idle_s
 from interstice.optimizer import Job as OptimizerJob
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -44,9 +44,9 @@ def optimizer_solver(problem: Problem, backend: str) -> Allocation:
 
 
 def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> float:
-    """The forecast horizon, seconds: the fixed value, or for ``auto`` the expected remaining
-    idle time (:func:`interstice.optimizer.expected_remaining_idle_s`) of the observed idle
-    intervals at the pool's median idle age."""
+    """The forecast horizon, seconds: the fixed value, or for ``auto`` the pool's expected
+    remaining idle time (:func:`interstice.optimizer.pool_remaining_idle_s`) from the observed
+    idle intervals."""
     if objective.horizon_s != "auto":
         return float(objective.horizon_s)
     lengths = list(
@@ -57,11 +57,11 @@ def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> 
         )
     )
     now = utcnow()
-    ages = sorted(
+    ages = [
         (now - since).total_seconds()
         for since in session.scalars(select(Node.since).where(Node.name.in_(pool)))
-    )
-    return expected_remaining_idle_s(lengths, max(0.0, ages[len(ages) // 2]) if ages else 0.0)
+    ]
+    return pool_remaining_idle_s(lengths, ages)
 
 
 def build_problem(service: Service) -> tuple[Problem, str] | None:

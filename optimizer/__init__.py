@@ -5,7 +5,7 @@ Pure: no I/O, no torch, no web. See :mod:`interstice.optimizer.formulation` for 
 solver-free policies, :func:`expected_remaining_idle_s` estimates an automatic horizon.
 """
 
-from interstice.optimizer.horizon import expected_remaining_idle_s
+from interstice.optimizer.horizon import expected_remaining_idle_s, pool_remaining_idle_s
 from interstice.optimizer.policies import equal_share, greedy
 from interstice.optimizer.problem import (
     Allocation,
@@ -32,6 +32,7 @@ __all__ = [
     "Weights",
     "equal_share",
     "expected_remaining_idle_s",
+    "pool_remaining_idle_s",
     "greedy",
     "solve",
 ]

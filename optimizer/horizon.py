@@ -56,3 +56,23 @@ def expected_remaining_idle_s(
     if longer.size < max(min_intervals, 1):
         return float(default_s)
     return float(longer.mean() - elapsed_s)
+
+
+def pool_remaining_idle_s(
+    idle_intervals_s: Sequence[float] | np.ndarray, idle_ages_s: Sequence[float] | np.ndarray
+) -> float:
+    """Expected remaining idle time of a pool: :func:`expected_remaining_idle_s` at the
+    median idle age of the pool's nodes (0 for an empty pool).
+
+    Args:
+        idle_intervals_s: lengths of the completed idle intervals seen so far, seconds,
+            shape (k,).
+        idle_ages_s: how long each node of the pool has been idle now, seconds, shape (n,);
+            negative ages (clock skew) count as 0.
+
+    Returns:
+        Expected remaining idle seconds, > 0.
+    """
+    ages = np.asarray(idle_ages_s, dtype=float)
+    age_s = float(np.median(ages)) if ages.size else 0.0
+    return expected_remaining_idle_s(idle_intervals_s, max(age_s, 0.0))

@@ -1,6 +1,6 @@
 """The forecast horizon of each solve in a replay: a fixed number of seconds, or ``auto``.
 
-``auto`` asks :func:`interstice.optimizer.expected_remaining_idle_s` for the mean residual idle
+``auto`` asks :func:`interstice.optimizer.pool_remaining_idle_s` for the mean residual idle
 time of the pool, using only what a live system would know at that moment: the idle intervals
 of the whole trace that ended before it (every node's, a ``--nodes`` subset's scheduler sees
 them too) and the median idle age of the nodes idle now.
@@ -9,7 +9,7 @@ them too) and the median idle age of the nodes idle now.
 from __future__ import annotations
 
 import numpy as np
-from interstice.optimizer import expected_remaining_idle_s
+from interstice.optimizer import pool_remaining_idle_s
 from interstice.replay.trace import NodeTrace
 
 
@@ -52,5 +52,4 @@ class AutoHorizon:
         """
         seen = int(np.searchsorted(self.end_s, now_s, side="right"))
         since = idle_since_s[~np.isnan(idle_since_s)]
-        age_s = float(now_s - np.median(since)) if since.size else 0.0
-        return expected_remaining_idle_s(self.length_s[:seen], max(age_s, 0.0))
+        return pool_remaining_idle_s(self.length_s[:seen], now_s - since)

@@ -1,7 +1,7 @@
 """The automatic forecast horizon: mean residual life of the observed idle intervals."""
 
 import pytest
-from interstice.optimizer import expected_remaining_idle_s
+from interstice.optimizer import expected_remaining_idle_s, pool_remaining_idle_s
 from interstice.optimizer.horizon import DEFAULT_HORIZON_S
 
 
@@ -31,3 +31,15 @@ def test_default_until_enough_intervals() -> None:
 def test_bad_input_raises(intervals, elapsed_s, default_s, message) -> None:
     with pytest.raises(ValueError, match=message):
         expected_remaining_idle_s(intervals, elapsed_s, default_s=default_s)
+
+
+def test_the_pool_is_as_old_as_its_median_node() -> None:
+    intervals = [100.0, 200.0, 600.0]
+    # ages 0, 100, 300, 500: median 200 -> intervals longer than 200: 600, residual 400
+    assert pool_remaining_idle_s(intervals, [0.0, 100.0, 300.0, 500.0]) == pytest.approx(
+        expected_remaining_idle_s(intervals, 200.0)
+    )
+    assert expected_remaining_idle_s(intervals, 200.0, min_intervals=1) == pytest.approx(400.0)
+    # an empty pool, or ages below 0 (clock skew), is at age 0
+    assert pool_remaining_idle_s(intervals, []) == expected_remaining_idle_s(intervals, 0.0)
+    assert pool_remaining_idle_s(intervals, [-5.0]) == expected_remaining_idle_s(intervals, 0.0)
