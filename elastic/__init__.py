@@ -1,0 +1,1 @@
+"""interstice.elastic: the contract for users' own training scripts (being written)."""
