@@ -12,6 +12,7 @@ COPY replay replay
 COPY api api
 COPY models models
 COPY agents agents
+COPY elastic elastic
 RUN pip install --no-cache-dir . && useradd --system --create-home interstice \
     && mkdir -p /var/lib/interstice && chown interstice /var/lib/interstice
 
