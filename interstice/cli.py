@@ -7,7 +7,7 @@ service never import torch.
 
 import typer
 
-from interstice import solve_cli
+from interstice import client_cli, solve_cli
 from interstice.agents import cli as agents_cli
 from interstice.agents import slurm_cli
 from interstice.api import cli as api_cli
@@ -30,3 +30,4 @@ app.add_typer(api_cli.db_app, name="db")
 app.command("agent")(agents_cli.agent)
 app.add_typer(slurm_cli.slurm_app, name="slurm")
 app.command("profile")(models_cli.profile)
+app.add_typer(client_cli.job_app, name="job")
