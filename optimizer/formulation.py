@@ -151,7 +151,7 @@ def build_options(problem: Problem) -> Options:
     Returns:
         The options of the formulation (module docstring), after its exact reductions.
     """
-    table, weights, horizon_s = problem.scalability, problem.weights, problem.horizon_s
+    weights, horizon_s = problem.weights, problem.horizon_s
     parts: list[tuple[np.ndarray, ...]] = []
     start = [0]
     for j, job in enumerate(problem.jobs):
@@ -160,7 +160,7 @@ def build_options(problem: Problem) -> Options:
         top = max(problem.max_count(job, d) for d in depths)
         # The zero option, then min_nodes..top (none if top < min_nodes).
         counts = np.concatenate([[0], np.arange(job.min_nodes, top + 1)])
-        grid = score_options(job, counts, depths, table, weights, horizon_s)
+        grid = score_options(job, counts, depths, problem.table_of(job), weights, horizon_s)
         pick = grid.value.argmax(axis=0)  # the best depth of each count
         every = np.arange(len(counts))
         value = grid.value[pick, every]

@@ -38,6 +38,8 @@ class ScalabilityPoint(BaseModel):
         spb_depth: Structured Partial Backpropagation depth (0 = ordinary data parallel).
         progress_per_sample: samples of full-backprop progress one sample at this depth is
             worth, in (0, 1]; 1 at depth 0.
+        derived: computed (e.g. depth-0 rates times a ratio), not measured: a depth > 0
+            with a derived row is never offered to a job (:meth:`Problem.depths_of`).
     """
 
     model_config = Frozen
@@ -47,6 +49,7 @@ class ScalabilityPoint(BaseModel):
     samples_per_s: float = Field(ge=0)
     spb_depth: int = Field(default=0, ge=0)
     progress_per_sample: float = Field(default=1.0, gt=0, le=1)
+    derived: bool = False
 
 
 class ScalabilityTable(BaseModel):
@@ -119,6 +122,14 @@ class ScalabilityTable(BaseModel):
             depths.setdefault(model, []).append(depth)
         return {model: tuple(sorted(ds)) for model, ds in depths.items()}
 
+    @cached_property
+    def _derived(self) -> frozenset[tuple[str, int]]:
+        return frozenset((p.model, p.spb_depth) for p in self.points if p.derived)
+
+    def measured(self, model: str, spb_depth: int) -> bool:
+        """Whether no row of ``model`` at ``spb_depth`` is derived (all were measured)."""
+        return (model, spb_depth) not in self._derived
+
     @property
     def models(self) -> frozenset[str]:
         """Every model name in the table."""
@@ -181,9 +192,9 @@ class ScalabilityTable(BaseModel):
     def from_csv(cls, text: str) -> ScalabilityTable:
         """Parse the CSV layout of ``shared/data/bftrainer/imagenet-scalability.csv``.
 
-        Columns ``model,nodes,samples_per_s`` are required; ``spb_depth`` and
-        ``progress_per_sample`` are optional (default 0 and 1); other columns (``derived``) are
-        ignored.
+        Columns ``model,nodes,samples_per_s`` are required; ``spb_depth``,
+        ``progress_per_sample`` and ``derived`` (``true``/``false``) are optional (default 0,
+        1 and false); other columns are ignored.
 
         Raises:
             ValueError: a missing column or a bad value, naming the line.
@@ -202,6 +213,7 @@ class ScalabilityTable(BaseModel):
                         samples_per_s=float(row["samples_per_s"]),
                         spb_depth=int(row.get("spb_depth") or 0),
                         progress_per_sample=float(row.get("progress_per_sample") or 1.0),
+                        derived=_flag(row.get("derived") or "false"),
                     )
                 )
             except ValueError as exc:
@@ -212,18 +224,32 @@ class ScalabilityTable(BaseModel):
         return cls(points=tuple(points))
 
 
+def _flag(text: str) -> bool:
+    """``true``/``false`` (any case) as a bool.
+
+    Raises:
+        ValueError: anything else.
+    """
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"derived must be true or false, got {text!r}")
+    return value == "true"
+
+
 class Job(BaseModel):
     """An elastic training job as the optimizer sees it at one event.
 
     Attributes:
         job_id: unique id.
-        model: a model of the scalability table.
+        model: a model of the scalability table, or any name when ``rates`` is set.
         min_nodes: fewest nodes it can run on (it gets 0 or min_nodes..max_nodes).
         max_nodes: most nodes it can use.
         nodes: names of the idle nodes it holds now (reclaimed ones already removed).
         spb_depth: SPB depth it runs at now.
-        spb_depths: depths it may be given; ``None`` means every depth the table measured
-            for its model (a plain data-parallel job passes ``(0,)``).
+        spb_depths: depths it may be given; ``None`` means every depth measured for its
+            model. A job whose workers accept only depth 0 (plain data parallel, SplitBrain)
+            passes ``(0,)``; a job running at a depth outside them is moved
+            to one of them (or stopped) by the next allocation.
         priority: multiplier of its term in the objective (raised to ``Weights.priority``),
             > 0.
         samples_remaining: samples of full-backprop progress still to train; goodput over the
@@ -231,6 +257,11 @@ class Job(BaseModel):
         rescale_up_s: seconds of lost progress when it grows (or starts).
         rescale_down_s: seconds of lost progress when it shrinks, or changes SPB depth at
             the same count.
+        rates: the job's own throughput curve (e.g.
+            :func:`interstice.optimizer.learning.fit_curve` of what it reported, or
+            :func:`~interstice.optimizer.learning.default_curve`), used instead of the
+            table's rows for its model; the points' ``model`` names are not read. ``None``:
+            the table's rows.
     """
 
     model_config = Frozen
@@ -246,6 +277,15 @@ class Job(BaseModel):
     samples_remaining: float = Field(ge=0)
     rescale_up_s: float = Field(default=0.0, ge=0)
     rescale_down_s: float = Field(default=0.0, ge=0)
+    rates: tuple[ScalabilityPoint, ...] | None = None
+
+    @cached_property
+    def own_table(self) -> ScalabilityTable | None:
+        """``rates`` as a table of this job's ``model``; ``None`` without rates."""
+        if self.rates is None:
+            return None
+        points = tuple(p.model_copy(update={"model": self.model}) for p in self.rates)
+        return ScalabilityTable(points=points)
 
     @model_validator(mode="after")
     def _bounds(self) -> Job:
@@ -257,6 +297,12 @@ class Job(BaseModel):
             raise ValueError(f"job {self.job_id!r}: a node is listed twice in nodes")
         if self.spb_depths is not None and not self.spb_depths:
             raise ValueError(f"job {self.job_id!r}: spb_depths is empty (None allows every depth)")
+        if self.rates is not None:
+            try:
+                self.own_table  # noqa: B018 (validates the curve once, then cached)
+            except ValueError as exc:
+                first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
+                raise ValueError(f"job {self.job_id!r}: rates: {first}") from None
         return self
 
 
@@ -323,20 +369,27 @@ class Problem(BaseModel):
         idle = set(self.idle_nodes)
         holder: dict[str, str] = {}
         for job in self.jobs:
-            if job.model not in self.scalability.models:
+            if job.rates is None and job.model not in self.scalability.models:
                 raise ValueError(
-                    f"job {job.job_id!r}: model {job.model!r} is not in the scalability table"
+                    f"job {job.job_id!r}: model {job.model!r} is not in the scalability table "
+                    "and the job has no rates"
                 )
-            if job.spb_depth not in self.scalability.depths(job.model):
+            measured = set(self.table_of(job).depths(job.model))
+            if job.spb_depth not in measured:
                 raise ValueError(
                     f"job {job.job_id!r}: spb_depth {job.spb_depth} is not measured for "
                     f"model {job.model!r}"
                 )
-            unmeasured = set(job.spb_depths or ()) - set(self.scalability.depths(job.model))
+            unmeasured = set(job.spb_depths or ()) - measured
             if unmeasured:
                 raise ValueError(
                     f"job {job.job_id!r}: spb_depths {sorted(unmeasured)} are not measured for "
                     f"model {job.model!r}"
+                )
+            if not self.depths_of(job):
+                raise ValueError(
+                    f"job {job.job_id!r}: every depth it may run at has derived (not measured) "
+                    "rates"
                 )
             for node in job.nodes:
                 if node not in idle:
@@ -348,16 +401,23 @@ class Problem(BaseModel):
                 holder[node] = job.job_id
         return self
 
+    def table_of(self, job: Job) -> ScalabilityTable:
+        """The rates the optimizer uses for ``job``: its own ``rates``, else the table."""
+        return job.own_table or self.scalability
+
     def depths_of(self, job: Job) -> tuple[int, ...]:
-        """The SPB depths ``job`` may be given: ``job.spb_depths``, or every measured one."""
-        return tuple(sorted(job.spb_depths or self.scalability.depths(job.model)))
+        """The SPB depths ``job`` may be given: ``job.spb_depths`` (or every depth of its
+        curve), less the depths > 0 whose rates are derived rather than measured."""
+        table = self.table_of(job)
+        allowed = job.spb_depths or table.depths(job.model)
+        return tuple(sorted(d for d in allowed if d == 0 or table.measured(job.model, d)))
 
     def max_count(self, job: Job, spb_depth: int) -> int:
-        """Most nodes ``job`` may get at ``spb_depth``: its ``max_nodes``, capped by the
-        table's largest measured count (no extrapolation) and by the idle pool's size."""
+        """Most nodes ``job`` may get at ``spb_depth``: its ``max_nodes``, capped by its
+        curve's largest measured count (no extrapolation) and by the idle pool's size."""
         return min(
             job.max_nodes,
-            self.scalability.max_nodes(job.model, spb_depth),
+            self.table_of(job).max_nodes(job.model, spb_depth),
             len(self.idle_nodes),
         )
 
@@ -411,7 +471,7 @@ class Problem(BaseModel):
                         f"{job.min_nodes}..{self.max_count(job, depth)}"
                     )
             score = score_options(
-                job, np.array([count]), (depth,), self.scalability, self.weights, self.horizon_s
+                job, np.array([count]), (depth,), self.table_of(job), self.weights, self.horizon_s
             )
             if not (
                 np.isclose(score.samples_per_s[0, 0], share.samples_per_s)
