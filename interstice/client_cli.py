@@ -205,6 +205,17 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def number(text: str) -> int | float | str:
+    """A flag's text as an int, else a float, else as is: the job's model then judges it, so a
+    bad value is one line naming its key (``total_samples: ...``), not a usage panel."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def read_job_file(path: Path) -> dict[str, Any]:
     """A job file's keys; a relative ``workdir`` is made absolute against the file's folder.
 
@@ -342,9 +353,11 @@ def submit(
         typer.Option(help="The script and its arguments, split like a shell: 'train.py --x 1'."),
     ] = None,
     nodes: Annotated[str | None, typer.Option(help="MIN:MAX nodes, or N for both.")] = None,
-    total_samples: Annotated[int | None, typer.Option(help="Samples to train.")] = None,
+    total_samples: Annotated[
+        str | None, typer.Option(metavar="INT", help="Samples to train.")
+    ] = None,
     global_batch_size: Annotated[
-        int | None, typer.Option(help="Samples per optimizer step, whole job.")
+        str | None, typer.Option(metavar="INT", help="Samples per optimizer step, whole job.")
     ] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Folder the script runs in (default: this one).")
@@ -358,7 +371,9 @@ def submit(
     model: Annotated[
         str | None, typer.Option(help="Model of the scalability table (optional).")
     ] = None,
-    priority: Annotated[float | None, typer.Option(help="Weight in the objective, > 0.")] = None,
+    priority: Annotated[
+        str | None, typer.Option(metavar="FLOAT", help="Weight in the objective, > 0.")
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -377,20 +392,18 @@ def submit(
         document["min_nodes"], document["max_nodes"] = parse_nodes(nodes)
     if env:
         document["env"] = {**document.get("env", {}), **parse_env(env)}
-    if nproc_per_node is not None:
-        document["nproc_per_node"] = (
-            int(nproc_per_node) if nproc_per_node.isdecimal() else nproc_per_node
-        )
     if workdir is not None:
         document["workdir"] = str(workdir.resolve())
     document.setdefault("workdir", str(Path.cwd()))
-    flags = {
+    numbers = {
         "total_samples": total_samples,
         "global_batch_size": global_batch_size,
-        "model": model,
         "priority": priority,
+        "nproc_per_node": nproc_per_node,
     }
-    document.update({key: value for key, value in flags.items() if value is not None})
+    document.update({key: number(text) for key, text in numbers.items() if text is not None})
+    if model is not None:
+        document["model"] = model
     validate_job(document, source)
     job = client(server, token).call("POST", "/v1/jobs", json=document)
     typer.echo(f"Submitted job {job['job_id']}")
