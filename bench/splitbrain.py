@@ -21,7 +21,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from interstice.models import build_trainer
+from interstice.models import Layout, build_trainer
 from interstice.models.launch import run_group
 from interstice.models.splitbrain import bytes_per_worker
 from interstice.models.zoo import build_blocks
@@ -52,7 +52,7 @@ def memory_rows() -> list[dict]:
 
 def _worker(rank, world_size, model, parallelism, device, steps, batch, side):  # noqa: ANN001, ANN201
     target = torch.device(device)
-    trainer = build_trainer(model, parallelism, image_size=side, device=target)
+    trainer = build_trainer(model, Layout(parallelism), image_size=side, device=target)
     inputs = torch.randn(batch, 3, side, side, device=target)
     targets = torch.randint(0, 10, (batch,), device=target)
     trainer.step(inputs, targets)  # warm-up

@@ -1,17 +1,18 @@
 """Training side of interstice: the models of the scalability table and how they are trained.
 
-``build_trainer`` applies data parallelism, Structured Partial Backpropagation
-(``interstice.models.spb``) or SplitBrain hybrid parallelism (``interstice.models.splitbrain``)
-to a model of ``interstice.models.zoo``; ``interstice profile`` (``interstice.models.cli``)
-measures them.
+``build_trainer`` (``interstice.models.parallelize``) applies one ``Layout`` to a model of
+``interstice.models.zoo``: data parallelism (``data_parallel``), Structured Partial
+Backpropagation (``spb``) or SplitBrain hybrid parallelism (``splitbrain``);
+``interstice profile`` (``interstice.models.cli``) measures them.
 
 The exports are loaded on first use (PEP 562), so that ``interstice.cli`` can import
 ``interstice.models.cli`` without importing torch (an optional extra, ``.[train]``).
+``tinycnn`` needs torch alone; the ImageNet models need torchvision (``.[vision]``).
 """
 
 from typing import Any
 
-__all__ = ["MODEL_NAMES", "Trainer", "build_trainer"]
+__all__ = ["MODEL_NAMES", "DataParallelTrainer", "Layout", "build_trainer"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,8 +20,12 @@ def __getattr__(name: str) -> Any:
         from interstice.models.zoo import MODEL_NAMES
 
         return MODEL_NAMES
-    if name in ("Trainer", "build_trainer"):
-        from interstice.models import trainer
+    if name == "DataParallelTrainer":
+        from interstice.models.data_parallel import DataParallelTrainer
 
-        return getattr(trainer, name)
+        return DataParallelTrainer
+    if name in ("Layout", "build_trainer"):
+        from interstice.models.parallelize import Layout, build_trainer
+
+        return {"Layout": Layout, "build_trainer": build_trainer}[name]
     raise AttributeError(f"module 'interstice.models' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``interstice profile``: measure a scalability table, or extend a measured one with SPB rows.
+"""``interstice profile``: measure a scalability table with real multi-process training.
 
 torch is imported inside the command (it is the optional extra ``.[train]``), so that
 ``interstice --help`` and the service never import it.
@@ -32,12 +32,6 @@ def profile(
     progress_steps: int = typer.Option(
         120, min=1, help="Steps of the digits run that measures progress_per_sample."
     ),
-    extend: Path = typer.Option(
-        None, help="Instead of profiling: derive SPB rows for this measured table."
-    ),
-    ratios: Path = typer.Option(
-        None, help="With --extend: a profile (or ratio CSV) to take SPB ratios from."
-    ),
     out: Path = typer.Option(None, help="CSV to write (default: stdout)."),
 ) -> None:
     """Measure samples/s per (model, nodes, spb_depth) with real multi-process training."""
@@ -49,51 +43,34 @@ def profile(
     from interstice.models.zoo import MODEL_NAMES
     from rich.progress import Progress
 
-    if extend is not None:
-        text = _extend(extend, ratios)
-    else:
-        if model is None:
-            fail("--model is required (or --extend TABLE.csv)")
-        if model not in MODEL_NAMES:
-            fail(f"--model {model!r} is unknown; choose one of {', '.join(MODEL_NAMES)}")
-        node_counts = _int_list(nodes, "--nodes")
-        depths = _int_list(spb_depths, "--spb-depths")
+    if model is None:
+        fail("--model is required")
+    if model not in MODEL_NAMES:
+        fail(f"--model {model!r} is unknown; choose one of {', '.join(MODEL_NAMES)}")
+    node_counts = _int_list(nodes, "--nodes")
+    depths = _int_list(spb_depths, "--spb-depths")
+    try:
+        profiler.check_request(model, node_counts, depths, device)
+    except ValueError as exc:
+        fail(str(exc))
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"profiling {model}", total=1 + len(node_counts) * len(depths))
         try:
-            profiler.check_request(model, node_counts, depths, device)
+            rows = profiler.profile(
+                model,
+                node_counts,
+                depths,
+                device=device,
+                steps=steps,
+                batch_size=batch_size,
+                image_size=image_size,
+                progress_steps=progress_steps,
+                on_done=lambda what: bar.update(task, advance=1, description=what),
+            )
         except ValueError as exc:
             fail(str(exc))
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"profiling {model}", total=1 + len(node_counts) * len(depths))
-            try:
-                rows = profiler.profile(
-                    model,
-                    node_counts,
-                    depths,
-                    device=device,
-                    steps=steps,
-                    batch_size=batch_size,
-                    image_size=image_size,
-                    progress_steps=progress_steps,
-                    on_done=lambda what: bar.update(task, advance=1, description=what),
-                )
-            except ValueError as exc:
-                fail(str(exc))
-        text = profiler.write_table(rows)
+    text = profiler.write_table(rows)
     if out is None:
         typer.echo(text, nl=False)
     else:
         out.write_text(text)
-
-
-def _extend(table_path: Path, ratios_path: Path | None) -> str:
-    from interstice.models import profiler
-
-    ratios_path = ratios_path or profiler.SPB_RATIOS_FILE
-    try:
-        table = profiler.read_table(table_path.read_text())
-        ratios = profiler.read_ratios(ratios_path.read_text())
-        return profiler.write_table(profiler.extend(table, ratios))
-    except OSError as exc:
-        fail(f"cannot read {exc.filename}: {exc.strerror}")
-    except ValueError as exc:
-        fail(f"--extend {table_path}: {exc}")

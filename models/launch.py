@@ -7,7 +7,6 @@ with ``torch.save`` and sent back through a multiprocessing queue.
 """
 
 import io
-import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,12 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from interstice.ports import free_port
 
 
 def _entry(

@@ -46,8 +46,7 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from interstice.models.grad_sync import BucketedAllReduce
-from interstice.models.trainer import Trainer
+from interstice.models.data_parallel import DataParallelTrainer
 from torch import nn
 
 
@@ -116,11 +115,11 @@ def simulate_gradients(
     return {n: s / (len(full) if n in lower else len(batches)) for n, s in sums.items()}
 
 
-class SPBTrainer(Trainer):
+class SPBTrainer(DataParallelTrainer):
     """SPB over a process group (data parallel at depth 0); see the module docstring.
 
     Args:
-        blocks: the model as blocks, already on its device; rank 0's weights are broadcast.
+        blocks: the model as blocks, on its device, holding rank 0's weights on every rank.
         spb_depth: d, 0..B-1.
         lr: SGD learning rate.
         group: process group (``None``: default).
@@ -142,47 +141,24 @@ class SPBTrainer(Trainer):
         if not 0 < full_fraction <= 1:
             raise ValueError(f"full_fraction {full_fraction} must be in (0, 1]")
         check_depth(blocks, spb_depth)
-        super().__init__(blocks, lr, group)
-        self._broadcast(blocks.state_dict().values())
         self.full_fraction = full_fraction
-        self.spb_depth = -1
-        self._reducer: BucketedAllReduce | None = None
-        self.set_spb_depth(spb_depth)
+        self.spb_depth = spb_depth
+        super().__init__(blocks, lr=lr, group=group)
 
-    def set_spb_depth(self, depth: int) -> None:
-        """Change d; every rank must call it before the same step.
-
-        Raises:
-            ValueError: depth out of range.
-        """
-        check_depth(self.model, depth)
-        if depth == self.spb_depth:
-            return
-        if self._reducer is not None:
-            self._reducer.close()
-        upper = list(self.model[depth:].parameters())
-        lower = list(self.model[:depth].parameters()) if depth else []
+    def _reducer_groups(self) -> list[list[nn.Parameter]]:
         # Upper first: backward produces those gradients first, so their buckets start first.
-        self._reducer = BucketedAllReduce([upper, lower], self.group)
-        self.spb_depth = depth
+        depth = self.spb_depth
+        lower = list(self.model[:depth].parameters()) if depth else []
+        return [list(self.model[depth:].parameters()), lower]
+
+    def _divisors(self) -> list[float]:
+        return [self.world_size, num_full_workers(self.world_size, self.full_fraction)]
+
+    def _forward(self, inputs_BCHW: torch.Tensor) -> torch.Tensor:
+        return forward(self.model, self.spb_depth, inputs_BCHW, self.is_full())
 
     def is_full(self, step: int | None = None) -> bool:
         """Whether this rank backpropagates through every block at ``step`` (default: next)."""
         step = self.step_count if step is None else step
         num_full = num_full_workers(self.world_size, self.full_fraction)
         return self.rank in full_ranks(step, self.world_size, num_full)
-
-    def step(self, inputs_BCHW: torch.Tensor, targets_B: torch.Tensor) -> float:
-        """One SPB step over the group; returns this rank's mean cross-entropy loss."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        num_full = num_full_workers(self.world_size, self.full_fraction)
-        self._reducer.begin([self.world_size, num_full])
-        logits = forward(self.model, self.spb_depth, inputs_BCHW, self.is_full())
-        loss = F.cross_entropy(logits, targets_B)
-        loss.backward()
-        self._reducer.finish()
-        self.optimizer.step()
-        self._broadcast_buffers()
-        self.step_count += 1
-        return loss.item()

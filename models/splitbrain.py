@@ -36,8 +36,7 @@ Legend for tensor names: B batch, C channels, H height, W width, F features.
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from interstice.models.grad_sync import BucketedAllReduce
-from interstice.models.trainer import Trainer
+from interstice.models.data_parallel import DataParallelTrainer
 from torch import nn
 
 
@@ -189,51 +188,38 @@ def bytes_per_worker(blocks: nn.Sequential, world_size: int, hybrid: bool) -> in
     return 3 * elements * element_size
 
 
-class SplitBrainTrainer(Trainer):
+class SplitBrainTrainer(DataParallelTrainer):
     """SplitBrain over a process group; see the module docstring.
 
+    Every rank must pass the same batch size B to ``step``: the features are all-gathered.
+
     Args:
-        blocks: the unsharded model, on its device; rank 0's weights are broadcast, then the
-            classifier is sharded.
+        blocks: the model on its device, holding rank 0's weights, with its classifier
+            already sharded (``shard_classifier``): ``parallelize.build_trainer`` does both,
+            in that order.
         lr: SGD learning rate.
         group: process group (``None``: default).
 
     Raises:
-        ValueError: the model has no VGG-style classifier.
+        ValueError: the model's classifier is not sharded.
     """
 
     def __init__(
         self, blocks: nn.Sequential, *, lr: float, group: dist.ProcessGroup | None = None
     ) -> None:
-        find_classifier(blocks)
-        # Order: broadcast the full weights, then shard them (the shards of one full tensor),
-        # then build the optimizer over the sharded module.
-        for t in blocks.state_dict().values():
-            dist.broadcast(t.data, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-        shard_classifier(blocks, dist.get_rank(group), dist.get_world_size(group), group)
-        super().__init__(blocks, lr, group)
         self._sharded = _shard_dims(blocks)
-        replicated = [p for n, p in blocks.named_parameters() if n not in self._sharded]
+        if not self._sharded:
+            raise ValueError("SplitBrainTrainer needs a model sharded by shard_classifier")
+        super().__init__(blocks, lr=lr, group=group)
         self._local = [p for n, p in blocks.named_parameters() if n in self._sharded]
-        self._reducer = BucketedAllReduce([replicated], group)
 
-    def step(self, inputs_BCHW: torch.Tensor, targets_B: torch.Tensor) -> float:
-        """One hybrid-parallel step; returns this rank's mean cross-entropy loss.
+    def _reducer_groups(self) -> list[list[nn.Parameter]]:
+        # Shards are not all-reduced: their gradients already sum every rank's loss.
+        return [[p for n, p in self.model.named_parameters() if n not in self._sharded]]
 
-        Every rank must pass the same batch size B.
-        """
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._reducer.begin([self.world_size])
-        loss = F.cross_entropy(self.model(inputs_BCHW), targets_B)
-        loss.backward()
-        self._reducer.finish()
+    def _after_reduce(self) -> None:
         for p in self._local:
             p.grad.div_(self.world_size)
-        self.optimizer.step()
-        self._broadcast_buffers()
-        self.step_count += 1
-        return loss.item()
 
     def _full_tensor(self, name: str, local: torch.Tensor) -> torch.Tensor:
         if name not in self._sharded:

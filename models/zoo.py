@@ -9,13 +9,15 @@ classifier). The forward pass is the torchvision model's forward pass, regrouped
 
 Models are built with ``weights=None``: nothing is downloaded. ``tinycnn`` is a small VGG-style
 CNN (three conv blocks, a three-layer classifier) fast enough for CPU end-to-end tests; it is
-also the model SplitBrain is tested on.
+also the model SplitBrain is tested on. It needs torch alone; the other models need
+torchvision (the ``vision`` extra), imported when one of them is built.
 
 Legend for tensor names: B batch, C channels, H height, W width.
 """
 
+from types import ModuleType
+
 import torch
-import torchvision.models as tv
 from torch import nn
 
 MODEL_NAMES: tuple[str, ...] = (
@@ -72,6 +74,18 @@ def tinycnn(num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
     )
 
 
+def _torchvision_models() -> ModuleType:
+    """``torchvision.models``, or a ``ValueError`` saying how to install it."""
+    try:
+        import torchvision.models
+    except ImportError as exc:
+        raise ValueError(
+            "the ImageNet models need torchvision: pip install 'interstice[vision]' "
+            "(tinycnn needs torch alone)"
+        ) from exc
+    return torchvision.models
+
+
 def _vgg_like(net: nn.Module, cuts: list[int]) -> list[nn.Module]:
     """AlexNet/VGG: ``features`` cut before the given indices, then avgpool + classifier."""
     bounds = [0, *cuts, len(net.features)]
@@ -79,14 +93,14 @@ def _vgg_like(net: nn.Module, cuts: list[int]) -> list[nn.Module]:
     return [*stages, nn.Sequential(net.avgpool, nn.Flatten(), net.classifier)]
 
 
-def _resnet18(num_classes: int) -> list[nn.Module]:
+def _resnet18(tv: ModuleType, num_classes: int) -> list[nn.Module]:
     net = tv.resnet18(weights=None, num_classes=num_classes)
     stem = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool)
     head = nn.Sequential(net.avgpool, nn.Flatten(), net.fc)
     return [stem, net.layer1, net.layer2, net.layer3, net.layer4, head]
 
 
-def _densenet121(num_classes: int) -> list[nn.Module]:
+def _densenet121(tv: ModuleType, num_classes: int) -> list[nn.Module]:
     net = tv.densenet121(weights=None, num_classes=num_classes)
     f = net.features
     return [
@@ -100,7 +114,7 @@ def _densenet121(num_classes: int) -> list[nn.Module]:
     ]
 
 
-def _mnasnet1(num_classes: int) -> list[nn.Module]:
+def _mnasnet1(tv: ModuleType, num_classes: int) -> list[nn.Module]:
     net = tv.mnasnet1_0(weights=None, num_classes=num_classes)
     layers = net.layers
     # layers[0:8] is the stem, layers[8..13] the six inverted-residual stacks, 14..16 the 1x1 conv.
@@ -109,7 +123,7 @@ def _mnasnet1(num_classes: int) -> list[nn.Module]:
     return [layers[:8], *stacks, head]
 
 
-def _mobilenet(num_classes: int) -> list[nn.Module]:
+def _mobilenet(tv: ModuleType, num_classes: int) -> list[nn.Module]:
     net = tv.mobilenet_v2(weights=None, num_classes=num_classes)
     f = net.features
     # Stages of equal resolution and width (MobileNetV2 paper, table 2).
@@ -118,7 +132,7 @@ def _mobilenet(num_classes: int) -> list[nn.Module]:
     return [*stages, nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.classifier)]
 
 
-def _shufflenet(num_classes: int) -> list[nn.Module]:
+def _shufflenet(tv: ModuleType, num_classes: int) -> list[nn.Module]:
     net = tv.shufflenet_v2_x1_0(weights=None, num_classes=num_classes)
     head = nn.Sequential(net.conv5, GlobalMean(), net.fc)
     return [nn.Sequential(net.conv1, net.maxpool), net.stage2, net.stage3, net.stage4, head]
@@ -137,7 +151,8 @@ def build_blocks(model: str, num_classes: int = 10, in_channels: int = 3) -> nn.
         ``[B, num_classes]``.
 
     Raises:
-        ValueError: unknown ``model``, or ``in_channels`` != 3 for a torchvision model.
+        ValueError: unknown ``model``, ``in_channels`` != 3 for a torchvision model, or
+            torchvision not installed (the message names ``pip install 'interstice[vision]'``).
     """
     if model not in MODEL_NAMES:
         raise ValueError(f"model {model!r} is unknown; choose one of {', '.join(MODEL_NAMES)}")
@@ -145,15 +160,16 @@ def build_blocks(model: str, num_classes: int = 10, in_channels: int = 3) -> nn.
         return tinycnn(num_classes, in_channels)
     if in_channels != 3:
         raise ValueError(f"in_channels {in_channels}: model {model!r} takes 3-channel input")
+    tv = _torchvision_models()
     builders = {
         "AlexNet": lambda: _vgg_like(tv.alexnet(weights=None, num_classes=num_classes), [3, 6]),
         "vgg16": lambda: _vgg_like(
             tv.vgg16(weights=None, num_classes=num_classes), [5, 10, 17, 24]
         ),
-        "resnet18": lambda: _resnet18(num_classes),
-        "DenseNet": lambda: _densenet121(num_classes),
-        "mnasnet1": lambda: _mnasnet1(num_classes),
-        "mobilenet": lambda: _mobilenet(num_classes),
-        "shufflenet": lambda: _shufflenet(num_classes),
+        "resnet18": lambda: _resnet18(tv, num_classes),
+        "DenseNet": lambda: _densenet121(tv, num_classes),
+        "mnasnet1": lambda: _mnasnet1(tv, num_classes),
+        "mobilenet": lambda: _mobilenet(tv, num_classes),
+        "shufflenet": lambda: _shufflenet(tv, num_classes),
     }
     return nn.Sequential(*builders[model]())

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from interstice.models import build_trainer
+from interstice.models import Layout, build_trainer
 from interstice.models.launch import run_group
 from interstice.models.spb import full_ranks, num_full_workers, simulate_gradients
 from torch.nn.parallel import DistributedDataParallel
@@ -29,7 +29,7 @@ def _spb_worker(rank: int, world_size: int) -> dict:
     torch.manual_seed(rank)  # different fresh weights per rank: the broadcast must fix that
     errors, params = {}, {}
     for depth in range(4):
-        trainer = build_trainer("tinycnn", "spb", depth, image_size=SIDE)
+        trainer = build_trainer("tinycnn", Layout("spb", depth), image_size=SIDE)
         worst = 0.0
         for step in range(STEPS):
             reference_model = copy.deepcopy(trainer.model)
@@ -42,7 +42,7 @@ def _spb_worker(rank: int, world_size: int) -> dict:
         errors[depth] = worst
         params[depth] = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
     # d = 0 against DDP, from the same weights and batches.
-    trainer = build_trainer("tinycnn", "dp", image_size=SIDE)
+    trainer = build_trainer("tinycnn", Layout("dp"), image_size=SIDE)
     ddp = DistributedDataParallel(copy.deepcopy(trainer.model))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     for step in range(STEPS):
@@ -98,24 +98,42 @@ def build_blocks_for_test() -> torch.nn.Sequential:
 
 def test_bad_arguments_name_the_value() -> None:
     with pytest.raises(ValueError, match="spb_depth 4 is out of range"):
-        run_or_raise("tinycnn", "spb", 4)
+        run_or_raise("tinycnn", Layout("spb", 4))
     with pytest.raises(ValueError, match="model 'nope' is unknown"):
-        run_or_raise("nope", "spb", 0)
+        run_or_raise("nope", Layout("spb", 0))
     with pytest.raises(ValueError, match="splitbrain"):
-        run_or_raise("resnet18", "splitbrain", 0)
+        run_or_raise("resnet18", Layout("splitbrain"))
     with pytest.raises(ValueError, match="image_size 32"):
-        run_or_raise("AlexNet", "dp", 0)
+        run_or_raise("AlexNet", Layout("dp"))
 
 
-def run_or_raise(model: str, parallelism: str, depth: int) -> None:
+def test_layout_names_the_value_to_change() -> None:
+    with pytest.raises(ValueError, match="parallelism 'tp': choose one of dp, spb, splitbrain"):
+        Layout("tp")
+    with pytest.raises(ValueError, match="spb_depth 2: only parallelism 'spb'.*set spb_depth to 0"):
+        Layout("splitbrain", 2)
+    with pytest.raises(ValueError, match="full_fraction 0 must be in"):
+        Layout("spb", 1, full_fraction=0)
+    tiny = build_blocks_for_test()
+    Layout("splitbrain").check(tiny, 128)  # tinycnn's first classifier layer: 128 outputs
+    with pytest.raises(ValueError, match="world size 129: .*lower the job's max_nodes to 128"):
+        Layout("splitbrain").check(tiny, 129)
+    with pytest.raises(ValueError, match="spb_depth 3 is out of range"):
+        Layout("spb", 3).check(torch.nn.Sequential(*tiny[:3]), 2)
+    with pytest.raises(ValueError, match="world size 0"):
+        Layout("dp").check(tiny, 0)
+
+
+def run_or_raise(model: str, layout: Layout) -> None:
     """build_trainer in a world of one, in this process."""
     import torch.distributed as dist
-    from interstice.models.launch import free_port
+
+    from interstice.ports import free_port
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     try:
-        build_trainer(model, parallelism, depth)
+        build_trainer(model, layout)
     finally:
         dist.destroy_process_group()

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from interstice.models import build_trainer
+from interstice.models import Layout, build_trainer
 from interstice.models.launch import run_group
 from interstice.models.splitbrain import bytes_per_worker
 from interstice.models.zoo import build_blocks
@@ -20,7 +20,7 @@ def _batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _splitbrain_worker(rank: int, world_size: int) -> dict:
     torch.manual_seed(rank)
-    trainer = build_trainer("tinycnn", "splitbrain", image_size=SIDE)
+    trainer = build_trainer("tinycnn", Layout("splitbrain"), image_size=SIDE)
     reference = build_blocks("tinycnn")
     reference.load_state_dict(trainer.state_dict()["model"])
     # Unsharded reference: each rank's batch through the whole model, mean of the ranks' losses.
@@ -39,7 +39,7 @@ def _splitbrain_worker(rank: int, world_size: int) -> dict:
         },
     }
     # A few more steps against data parallel from the same start.
-    dp = build_trainer("tinycnn", "dp", image_size=SIDE)
+    dp = build_trainer("tinycnn", Layout("dp"), image_size=SIDE)
     start = trainer.state_dict()
     dp.load_state_dict(start)
     for step in range(1, STEPS):
@@ -75,6 +75,7 @@ def test_splitbrain_equals_unsharded_model_and_data_parallel(world_size: int) ->
 
 
 def test_memory_per_worker_shrinks_by_the_sharded_layers() -> None:
+    pytest.importorskip("torchvision", reason="vgg16 needs the vision extra")
     with torch.device("meta"):
         vgg = build_blocks("vgg16", 10)
     dp = bytes_per_worker(vgg, 4, hybrid=False)
