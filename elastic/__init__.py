@@ -1,1 +1,48 @@
-"""interstice.elastic: the contract for users' own training scripts (being written)."""
+"""interstice.elastic: users' own training scripts, elastic and exactly-once.
+
+A handful of calls around a plain PyTorch loop; the same script runs under ``torchrun``
+alone or as an interstice job (whose agent adds the ``INTERSTICE_*`` environment and the stop
+requests). See ``examples/train_digits.py`` for a whole script.
+
+- :func:`init`: process group, rank, world size, device, the job's folders.
+- :class:`ElasticSampler`: one seeded order per epoch whatever the world size; resumable.
+- :func:`accumulate`, :func:`plan`, :func:`shares`: a fixed global batch at any world size.
+- :class:`State`: checkpoint/resume at any world size, agreed stop, periodic saves.
+- :func:`report`: progress for the agent and the job's ``metrics.jsonl``.
+- :func:`save_final`: the trained model in ``<job_dir>/final/model.pt``.
+"""
+
+from interstice.elastic import env
+from interstice.elastic.batch import (
+    Plan,
+    accumulate,
+    all_reduce_gradients,
+    micro_batch_sizes,
+    plan,
+    shares,
+)
+from interstice.elastic.env import Context, current, init, shutdown
+from interstice.elastic.final import save_final
+from interstice.elastic.report import report
+from interstice.elastic.sampler import ElasticSampler
+from interstice.elastic.state import State, is_sharded, unwrap
+
+__all__ = [
+    "Context",
+    "ElasticSampler",
+    "Plan",
+    "State",
+    "accumulate",
+    "all_reduce_gradients",
+    "current",
+    "env",
+    "init",
+    "is_sharded",
+    "micro_batch_sizes",
+    "plan",
+    "report",
+    "save_final",
+    "shares",
+    "shutdown",
+    "unwrap",
+]

@@ -1,0 +1,57 @@
+"""The trained model, where the job's owner finds it: ``<job_dir>/final/model.pt``."""
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from interstice.elastic import env
+from interstice.elastic.atomic import write_atomic
+from interstice.elastic.state import is_sharded, unwrap
+
+FINAL_MODEL = Path("final") / "model.pt"
+
+
+def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
+    """Write the trained model's state dict (rank 0, atomically); call it on every rank.
+
+    The file holds ``unwrap(model).state_dict()`` (no DDP ``module.`` prefix), so
+    ``Net().load_state_dict(torch.load(path))`` restores it. Every rank waits until it is
+    written.
+
+    Args:
+        model: the trained model (DDP-wrapped or not; replicated, not sharded).
+        path: destination file; None: ``<job_dir>/final/model.pt``, or, without a job dir
+            (plain ``torchrun``), ``<checkpoint_dir>/final/model.pt`` (the State's checkpoint
+            dir; see :func:`interstice.elastic.env.output_dir`).
+
+    Returns:
+        The file written (the same path on every rank).
+
+    Raises:
+        ValueError: ``path`` is None and there is neither a job dir nor a checkpoint dir.
+        NotImplementedError: the model is sharded.
+        OSError: the file cannot be written (rank 0).
+
+    Example:
+        >>> import tempfile, pathlib, torch
+        >>> from interstice import elastic
+        >>> _ = elastic.init()
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "model.pt"
+        >>> elastic.save_final(torch.nn.Linear(2, 2), target) == target
+        True
+    """
+    ctx = env.current()
+    if path is None:
+        base = env.output_dir()
+        if base is None:
+            raise ValueError("save_final needs a path: there is no job dir nor checkpoint dir")
+        path = base / FINAL_MODEL
+    path = Path(path)
+    if is_sharded(model):
+        raise NotImplementedError("save_final of a sharded model is not written yet")
+    if ctx.rank == 0:
+        state = unwrap(model).state_dict()
+        write_atomic(path, lambda file: torch.save(state, file))
+    if dist.is_initialized():
+        dist.barrier()
+    return path

@@ -1,0 +1,338 @@
+"""Everything a job must carry across a rescale, and the agreement on when to stop.
+
+Like Horovod elastic's ``State``: the user's training loop stays theirs and calls
+:meth:`State.load` once, :meth:`State.step` after each optimizer step, :meth:`State.should_stop`
+to leave the loop, and :meth:`State.save` at the end. A checkpoint holds the model, the
+optimizer, the sampler's position, the scheduler, the step and sample counters and any
+``**extra`` value, and resumes at any world size.
+
+Stop agreement: after each step the ranks all-reduce (SUM) one small vector holding each
+rank's wish to stop (the run dir's ``stop`` file exists, or SIGTERM/SIGINT arrived), rank 0's
+"a timed save is due", and each rank's loss sum; so every rank leaves the loop after the same
+step, and that one collective also yields the global mean loss. The sample budget is reached
+on every rank at the same step by construction.
+"""
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from interstice.elastic import env
+from interstice.elastic.atomic import write_atomic
+from interstice.elastic.sampler import ElasticSampler
+from interstice.elastic.signals import StopSignals
+from torch.nn.parallel import DistributedDataParallel
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+STOP_FILE = "stop"
+CHECKPOINT_FORMAT = 1
+
+_OWN = (
+    "model",
+    "optimizer",
+    "sampler",
+    "scheduler",
+    "checkpoint_dir",
+    "save_every_steps",
+    "save_every_s",
+    "total_samples",
+    "run_dir",
+    "steps",
+    "samples",
+    "loss",
+    "stop_reason",
+    "extra",
+)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a ``DistributedDataParallel`` wrapper (the model itself otherwise).
+
+    Checkpoints hold the unwrapped state dict, so they load with or without DDP.
+
+    Example:
+        >>> import torch
+        >>> from interstice.elastic import unwrap
+        >>> linear = torch.nn.Linear(2, 2)
+        >>> unwrap(linear) is linear
+        True
+    """
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether some parameter holds only this rank's shard.
+
+    A module marks its sharded parameters with a non-empty ``shard_dims`` mapping (parameter
+    name -> sharded dimension), as SplitBrain's ``ColumnParallelLinear`` and
+    ``RowParallelLinear`` do.
+
+    Example:
+        >>> import torch
+        >>> from interstice.elastic import is_sharded
+        >>> is_sharded(torch.nn.Linear(2, 2))
+        False
+    """
+    return any(getattr(module, "shard_dims", None) for module in unwrap(model).modules())
+
+
+class State:
+    """The model, optimizer, sampler and counters of a job, saved and restored as one.
+
+    Args:
+        model: the model (DDP-wrapped or not; the checkpoint holds the unwrapped weights).
+        optimizer: its optimizer.
+        sampler: the :class:`ElasticSampler` feeding the steps (its position is saved).
+        scheduler: a learning-rate scheduler stepped once per optimizer step, or None.
+        checkpoint_dir: folder of the job's checkpoint (shared by all nodes); None takes
+            ``INTERSTICE_CHECKPOINT_DIR``; with neither, :meth:`save` and :meth:`load` do
+            nothing.
+        save_every_steps: also save after every this many steps (None: never by count).
+        save_every_s: also save when this many seconds passed since the last save, measured
+            on rank 0 and agreed in the step's collective (None: never by time).
+        total_samples: the job's sample budget; None takes ``INTERSTICE_TOTAL_SAMPLES``; with
+            neither, only a stop file or a signal stops the loop.
+        run_dir: node-local folder whose ``stop`` file asks to stop; None takes
+            ``INTERSTICE_RUN_DIR``.
+        **extra: further values to carry across runs, read and written as attributes
+            (``state.world_sizes``); objects with ``state_dict``/``load_state_dict`` are
+            saved through them, others (lists, numbers, strings) as they are.
+
+    Attributes:
+        steps: optimizer steps the job has done (across all runs).
+        samples: samples the job has trained (across all runs).
+        loss: the global mean loss of the last step, when :meth:`step` got a loss sum.
+        stop_reason: why :meth:`should_stop` said yes: ``"budget"``, ``"stop file"``,
+            ``"signal"``, or None.
+
+    Raises:
+        ValueError: ``save_every_steps`` or ``save_every_s`` not positive.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from interstice import elastic
+        >>> ctx = elastic.init()
+        >>> model = torch.nn.Linear(4, 2)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> sampler = elastic.ElasticSampler(100, 10, seed=0)
+        >>> state = elastic.State(model=model, optimizer=opt, sampler=sampler,
+        ...                       checkpoint_dir=tempfile.mkdtemp(), total_samples=30,
+        ...                       world_sizes=[])
+        >>> state.load()
+        False
+        >>> data = torch.randn(100, 4)
+        >>> while not state.should_stop():
+        ...     for indices in sampler:
+        ...         opt.zero_grad()
+        ...         loss_sum = model(data[indices]).square().sum()
+        ...         (loss_sum / 10).backward()
+        ...         opt.step()
+        ...         state.step(loss_sum=loss_sum)
+        ...         if state.should_stop():
+        ...             break
+        >>> state.save()
+        >>> state.steps, state.samples, state.stop_reason
+        (3, 30, 'budget')
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        sampler: ElasticSampler,
+        scheduler: Any = None,
+        checkpoint_dir: str | Path | None = None,
+        save_every_steps: int | None = None,
+        save_every_s: float | None = None,
+        total_samples: int | None = None,
+        run_dir: str | Path | None = None,
+        **extra: Any,
+    ) -> None:
+        for name, value in (("save_every_steps", save_every_steps), ("save_every_s", save_every_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        ctx = env.current()
+        self.model = model
+        self.optimizer = optimizer
+        self.sampler = sampler
+        self.scheduler = scheduler
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else ctx.checkpoint_dir
+        self.save_every_steps = save_every_steps
+        self.save_every_s = save_every_s
+        self.total_samples = total_samples if total_samples is not None else ctx.total_samples
+        self.run_dir = Path(run_dir) if run_dir else ctx.run_dir
+        self.steps = 0
+        self.samples = 0
+        self.loss: float | None = None
+        self.stop_reason: str | None = None
+        self.extra = dict(extra)
+        self._device = ctx.device
+        self._signals = StopSignals()
+        self._agreed_at_step: int | None = None
+        self._stop = False
+        self._saved_at_step: int | None = None
+        self._saved_at_s = time.monotonic()
+        self._timed_save_due = False
+        if self.checkpoint_dir is not None:
+            env.use_checkpoint_dir(self.checkpoint_dir)
+
+    def __getattr__(self, name: str) -> Any:
+        extra = self.__dict__.get("extra", {})
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _OWN or name.startswith("_") or name not in self.__dict__.get("extra", {}):
+            object.__setattr__(self, name, value)
+        else:
+            self.extra[name] = value
+
+    @property
+    def finished(self) -> bool:
+        """Whether the sample budget is reached."""
+        return self.total_samples is not None and self.samples >= self.total_samples
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """The checkpoint file (None without a checkpoint dir)."""
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / CHECKPOINT_FILE
+
+    def _wants_stop(self) -> str | None:
+        if self._signals.received:
+            return "signal"
+        if self.run_dir is not None and (self.run_dir / STOP_FILE).exists():
+            return "stop file"
+        return None
+
+    def _agree(self, loss_sum: float | torch.Tensor | None) -> None:
+        """The step's one collective: stop wishes, rank 0's timed save, loss sums."""
+        wish = self._wants_stop()
+        save_due = (
+            self.save_every_s is not None
+            and dist.get_rank() == 0
+            and time.monotonic() - self._saved_at_s >= self.save_every_s
+        )
+        loss = torch.as_tensor(0.0 if loss_sum is None else loss_sum, dtype=torch.float64)
+        vector = torch.stack(
+            [
+                torch.tensor(float(wish is not None), dtype=torch.float64),
+                torch.tensor(float(save_due), dtype=torch.float64),
+                loss.detach().to("cpu", torch.float64).reshape(()),
+            ]
+        ).to(self._device)
+        dist.all_reduce(vector, op=dist.ReduceOp.SUM)
+        stop_votes, save_votes, loss_total = vector.tolist()
+        self._agreed_at_step = self.steps
+        if loss_sum is not None:
+            self.loss = loss_total / self.sampler.global_batch_size
+        if self.finished:
+            self._stop, self.stop_reason = True, "budget"
+        elif stop_votes > 0:
+            self._stop, self.stop_reason = True, wish or "peer"
+        self._timed_save_due = save_votes > 0
+
+    def step(self, loss_sum: float | torch.Tensor | None = None) -> None:
+        """Record one optimizer step: move the sampler, count, agree on stopping, maybe save.
+
+        Call it once after each ``optimizer.step()`` (and ``scheduler.step()``), on every rank.
+
+        Args:
+            loss_sum: this rank's sum of per-sample losses over its share of the step
+                (unscaled); the ranks' sums are added in the step's collective and
+                :attr:`loss` becomes their mean over the global batch. None: no loss.
+        """
+        self.sampler.advance()
+        self.steps += 1
+        self.samples += self.sampler.global_batch_size
+        self._agree(loss_sum)
+        by_count = self.save_every_steps is not None and self.steps % self.save_every_steps == 0
+        if by_count or self._timed_save_due:
+            self.save()
+
+    def should_stop(self) -> bool:
+        """Whether every rank leaves the loop now (the same answer on every rank).
+
+        True when the sample budget is reached, or when some rank saw the run dir's
+        ``stop`` file or received SIGTERM/SIGINT before the last step's collective. Called
+        before the first step (or twice after one step) it runs the collective itself.
+        """
+        if self._agreed_at_step != self.steps:
+            self._agree(None)
+        return self._stop
+
+    def _payload(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "steps": self.steps,
+            "samples": self.samples,
+            "world_size": dist.get_world_size(),
+            "model": unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "extra": {
+                name: value.state_dict() if hasattr(value, "state_dict") else value
+                for name, value in self.extra.items()
+            },
+        }
+
+    def save(self) -> None:
+        """Write the checkpoint (rank 0, atomically), then wait for it on every rank.
+
+        Call it on every rank. Does nothing without a checkpoint dir or when this step is
+        already saved. The file is ``<checkpoint_dir>/checkpoint.pt``; the newest replaces
+        the previous one with ``os.replace``, so a crash leaves the previous one whole.
+
+        Raises:
+            NotImplementedError: the model is sharded (:func:`is_sharded`).
+            OSError: the checkpoint cannot be written (rank 0).
+        """
+        if self.checkpoint_path is None or self._saved_at_step == self.steps:
+            return
+        if is_sharded(self.model):
+            raise NotImplementedError("checkpoints of sharded models are not written yet")
+        if dist.get_rank() == 0:
+            payload = self._payload()
+            write_atomic(self.checkpoint_path, lambda file: torch.save(payload, file))
+        dist.barrier()
+        self._saved_at_step = self.steps
+        self._saved_at_s = time.monotonic()
+
+    def load(self) -> bool:
+        """Restore the newest checkpoint, whatever world size wrote it (call it on every rank).
+
+        Returns:
+            Whether a checkpoint was found (False: a fresh start, nothing changed).
+
+        Raises:
+            ValueError: the checkpoint belongs to other data (see
+                :meth:`ElasticSampler.load_state_dict`) or has an unknown format.
+            RuntimeError: the model or optimizer does not match the saved one.
+        """
+        path = self.checkpoint_path
+        if path is None or not path.exists():
+            return False
+        # The job's own file in its 0700 folder; extra values may be any picklable object.
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path}: unknown checkpoint format {payload.get('format')!r}")
+        unwrap(self.model).load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.sampler.load_state_dict(payload["sampler"])
+        if self.scheduler is not None and payload["scheduler"] is not None:
+            self.scheduler.load_state_dict(payload["scheduler"])
+        for name, value in payload["extra"].items():
+            current = self.extra.get(name)
+            if hasattr(current, "load_state_dict"):
+                current.load_state_dict(value)
+            else:
+                self.extra[name] = value
+        self.steps, self.samples = payload["steps"], payload["samples"]
+        self._saved_at_step = self.steps
+        return True
