@@ -6,7 +6,10 @@ Threads, each a loop bounded by the agent's shutdown event:
   is at least once: a command seen before is not run twice; a finished one is acked again);
 - executor: runs the queued commands one at a time (start, rescale, stop) and acks a start
   or rescale once this node's workers joined the new rendezvous (or failed to);
-- heartbeat: every ``heartbeat_interval_s`` posts what the workers last reported.
+- heartbeat: every ``heartbeat_interval_s`` posts what the workers last reported
+  (``interstice.elastic.report``'s progress files) and how torch elastic says their
+  generation ended: ``job_state: finished`` when every worker exited 0 with no stop asked,
+  ``failed`` (with the failing rank's last log lines) when one exited non-zero.
 
 A 404 from the service means it forgot this agent (a restart on a fresh database): the agent
 registers again (idempotent for the service). While the service is down every call is
@@ -31,6 +34,8 @@ from typing import Any
 from interstice.agents import launcher, rundir
 from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
 from interstice.agents.protocol import BadCommand, Command, parse_command
+
+from interstice import wire
 
 log = logging.getLogger("interstice.agent")
 
@@ -80,6 +85,7 @@ class Agent:
             nproc_per_node=config.nproc_per_node,
             join_timeout_s=config.join_timeout_s,
             worker_args=["--checkpoint-every", str(config.checkpoint_every)],
+            secrets=[config.token],
         )
         self.shutdown = threading.Event()
         self._signalled_at: float | None = None
@@ -89,7 +95,7 @@ class Agent:
         self._pending_ack: launcher.Generation | None = None
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self._seen: set[int] = set()
-        self._acked: dict[int, tuple[bool, str | None]] = {}
+        self._acked: dict[int, tuple[bool, str | None, bool]] = {}
         self._register_lock = threading.Lock()
         self._generation_lock = threading.Lock()
 
@@ -221,7 +227,7 @@ class Agent:
         try:
             command = parse_command(payload)
         except BadCommand as error:
-            self._ack(payload.get("command_id"), False, str(error))
+            self._ack(payload.get("command_id"), False, str(error), error.job_failed)
             return
         log.info("command %s: %s %s", command.command_id, command.kind, command.job_id)
         current = self.generation
@@ -244,7 +250,12 @@ class Agent:
             # moments, e.g. two reclaims in one batch): launching would only be undone.
             self._ack(command.command_id, True, None)
         elif not self.shutdown.is_set():
-            self.generation = self._pending_ack = self.launcher.launch(command)
+            self.generation = None
+            try:
+                self.generation = self._pending_ack = self.launcher.launch(command)
+            except BadCommand as error:  # the job's command cannot run, here or anywhere
+                self._ack(command.command_id, False, str(error), error.job_failed)
+                return
             log.info("launched %s at world size %s", command.rendezvous_id, command.world_size)
 
     def _end_generation(self, generation: launcher.Generation, kill_at: float) -> None:
@@ -254,7 +265,6 @@ class Agent:
         joined = launcher.end_generation(
             generation,
             kill_at,
-            self.config.nproc_per_node,
             # the main thread takes over, within the grace period
             interrupted=lambda: in_executor and self.shutdown.is_set(),
         )
@@ -284,15 +294,17 @@ class Agent:
         generation = self._pending_ack
         if generation is None:
             return
-        joined = launcher.joined(generation)
-        returncode = generation.process.poll()
+        ended = launcher.outcome(generation)
         waited_s = time.monotonic() - generation.started_at
-        if joined:
-            ok, error = True, None
-        elif ending:
+        job_failed = False
+        if ending:
             ok, error = True, None  # superseded by a newer command: not a failure
-        elif returncode is not None:
-            ok, error = False, f"launch failed (exit {returncode}): {generation.log_tail()}"
+        elif ended is not None:
+            # Exited before we saw its workers: finished at once, or could not run.
+            ok, error = ended.job_state == "finished", ended.error
+            job_failed = ended.job_state == "failed"
+        elif launcher.workers_alive(generation):
+            ok, error = True, None
         elif waited_s > self.config.join_timeout_s + 30:
             launcher.kill(generation.process)
             ok, error = (
@@ -302,39 +314,67 @@ class Agent:
         else:
             return
         self._pending_ack = None
-        self._ack(generation.command.command_id, ok, error)
+        self._ack(generation.command.command_id, ok, error, job_failed)
         self.launcher.warm()  # now: a spare importing torch would slow the launch down
 
-    def _ack(self, command_id: int | None, ok: bool, error: str | None) -> None:
+    def _ack(
+        self, command_id: int | None, ok: bool, error: str | None, job_failed: bool = False
+    ) -> None:
         if command_id is None:
             return
-        self._acked[command_id] = (ok, error)
+        self._acked[command_id] = (ok, error, job_failed)
         if not ok:
-            log.warning("command %s refused: %s", command_id, error)
-        self._guarded(self.client.ack, command_id, ok, error)
+            log.warning("command %s refused%s: %s", command_id, " (job failed)" * job_failed, error)
+        self._guarded(self.client.ack, command_id, ok, error, job_failed)
 
     # -- reporting ----------------------------------------------------------------------
 
     def heartbeat_body(self) -> dict[str, Any]:
-        """What this node's workers last reported, as the heartbeat's body."""
+        """The heartbeat's body: what this node's workers last reported, and how their
+        generation ended (docs/agent-protocol.md, version 2)."""
         generation = self.generation
-        statuses = rundir.read_statuses(generation.run_dir) if generation else []
-        if generation is None or not statuses:
-            return {
-                "job_id": generation.command.job_id if generation else None,
-                "world_size": None,
-                "step": None,
-                "samples_per_s": None,
-                "samples_done": None,
-            }
-        latest = max(statuses, key=lambda status: status.get("step") or 0)
-        return {
-            "job_id": generation.command.job_id,
-            "world_size": latest.get("nodes"),
-            "step": latest.get("step"),
-            "samples_per_s": latest.get("samples_per_s"),
-            "samples_done": latest.get("samples_done"),
+        body: dict[str, Any] = {
+            "job_id": generation.command.job_id if generation else None,
+            "world_size": None,
+            "step": None,
+            "samples_per_s": None,
+            "samples_done": None,
         }
+        if generation is None:
+            return body
+        body["rendezvous_id"] = generation.rendezvous_id
+        body["spb_depth"] = generation.command.spb_depth
+        reports = [
+            progress
+            for progress in rundir.read_progress(generation.run_dir)
+            if progress.get("rendezvous_id") == generation.rendezvous_id
+        ]
+        if reports:
+            latest = max(reports, key=lambda p: (p.get("step") or 0, p.get("time") or 0))
+            metrics = latest.get("metrics") or {}
+            body.update(
+                world_size=latest.get("nodes"),
+                step=latest.get("step"),
+                samples_per_s=latest.get("samples_per_s"),
+                samples_done=latest.get("samples"),
+                loss=latest.get("loss"),
+                metrics=dict(list(metrics.items())[: wire.HEARTBEAT_METRICS_MAX]),
+            )
+        ended = launcher.outcome(generation)
+        if ended is None:
+            if launcher.workers_alive(generation):
+                body["job_state"] = "running"
+                body["world_size"] = body["world_size"] or generation.command.world_size
+        elif ended.job_state is not None and not self._superseded(generation.command):
+            # (A newer command for the job already waits: the end was a peer's stop.)
+            body["job_state"] = ended.job_state
+            if ended.job_state == "finished" and any(
+                report.get("state") == "stopped" for report in reports
+            ):
+                del body["job_state"]  # stopped with its peers, e.g. by a peer's stop file
+            elif ended.error:
+                body["error"] = ended.error
+        return body
 
 
 def _deadline(command: Command, margin_s: float) -> float:

@@ -1,7 +1,7 @@
 """The node agent's client of the service's REST API (docs/agent-protocol.md), over httpx.
 
-Every call goes through :meth:`ServiceClient.call`, which retries a service that is down or
-answers 5xx with exponential backoff (0.2 s doubling to at most ``max_backoff_s``), so the
+Every call goes through :meth:`ServiceClient.call`, which retries (tenacity) a service that is
+down or answers 5xx with exponential backoff (0.2 s doubling to at most ``max_backoff_s``), so the
 agent survives a service restart; a 4xx is final and raised as :class:`ServiceRejected`
 (a 404 on an agent path means "register again").
 """
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import tenacity
 
 FIRST_BACKOFF_S = 0.2
 
@@ -25,6 +26,10 @@ class ServiceRejected(RuntimeError):
 
 class ServiceUnavailable(RuntimeError):
     """The service could not be reached (or answered 5xx) before the time allowed ran out."""
+
+
+class _ServerError(Exception):
+    """The service answered 5xx (retried like a connection error)."""
 
 
 class ServiceClient:
@@ -87,27 +92,41 @@ class ServiceClient:
             ServiceRejected: the service answered 4xx.
             ServiceUnavailable: no answer before ``give_up_after_s`` or ``should_stop``.
         """
-        started = time.monotonic()
-        backoff_s = FIRST_BACKOFF_S
         timeout = httpx.Timeout(10.0, read=read_timeout_s)
-        while True:
+        started = time.monotonic()
+        failures: list[str] = []
+
+        def out_of_time(retry_state: tenacity.RetryCallState) -> bool:
+            """Stop before a wait that would end past ``give_up_after_s``, or on request."""
+            upcoming_s = retry_state.upcoming_sleep or 0.0
+            return should_stop() or (
+                give_up_after_s is not None
+                and time.monotonic() - started + upcoming_s > give_up_after_s
+            )
+
+        def one_try() -> httpx.Response:
             try:
                 response = self._http.request(
                     method, path, json=json, params=params, timeout=timeout
                 )
-                if response.status_code < 500:
-                    break
-                reason = f"{response.status_code} {response.text[:200]}"
             except httpx.TransportError as error:
-                reason = f"{type(error).__name__}: {error}"
-            out_of_time = (
-                give_up_after_s is not None
-                and time.monotonic() - started + backoff_s > give_up_after_s
-            )
-            if out_of_time or should_stop():
-                raise ServiceUnavailable(f"{method} {path}: {reason}")
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, self.max_backoff_s)
+                failures.append(f"{type(error).__name__}: {error}")
+                raise
+            if response.status_code >= 500:
+                failures.append(f"{response.status_code} {response.text[:200]}")
+                raise _ServerError()
+            return response
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type((httpx.TransportError, _ServerError)),
+            wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF_S, max=self.max_backoff_s),
+            stop=out_of_time,
+            reraise=False,
+        )
+        try:
+            response = retrying(one_try)
+        except tenacity.RetryError as error:
+            raise ServiceUnavailable(f"{method} {path}: {failures[-1]}") from error
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
@@ -136,13 +155,20 @@ class ServiceClient:
         return answer["data"]
 
     def ack(
-        self, agent_id: str, command_id: int, ok: bool, error: str | None, **retry: Any
+        self,
+        agent_id: str,
+        command_id: int,
+        ok: bool,
+        error: str | None,
+        job_failed: bool = False,
+        **retry: Any,
     ) -> None:
-        """``POST /agents/{id}/commands/{command_id}/ack``."""
+        """``POST /agents/{id}/commands/{command_id}/ack``; ``job_failed``: the command was
+        refused for a reason of the job itself (the service fails the job at once)."""
         self.call(
             "POST",
             f"/agents/{agent_id}/commands/{command_id}/ack",
-            json={"ok": ok, "error": error},
+            json={"ok": ok, "error": error, "job_failed": job_failed},
             **retry,
         )
 

@@ -4,16 +4,36 @@ Each generation of a job (one rendezvous, one world size) runs in one launcher p
 ``python -m interstice.agents.launcher``, which calls torch's
 :func:`torch.distributed.launcher.api.elastic_launch` (the launcher API behind
 ``torchrun``): a c10d rendezvous at the commanded endpoint with ``min_nodes = max_nodes =
-world_size``, then ``nproc_per_node`` workers. torch supervises the workers; this module only
-starts the launcher, asks it to stop, and kills it past a deadline.
+world_size``, then ``nproc_per_node`` workers. torch supervises the workers; this module
+starts the launcher, judges from torch elastic what became of it, asks it to stop, and kills
+it past a deadline.
+
+What a job runs on every node:
+
+- its ``command``: an argv (a first element ending in ``.py`` runs under this Python, as
+  torchrun does), with the placeholders of :data:`interstice.wire.PLACEHOLDERS` expanded,
+  in ``workdir`` (default: the job dir), with the job's ``env`` added;
+- or its ``entrypoint`` module (``python -m ENTRYPOINT``);
+- or the built-in worker (``interstice.agents.worker``), run as a function forked from the
+  launcher's fork server, so it inherits torch and the models already imported.
+
+Joining and ending are judged by torch elastic itself, never by a file the workers write:
+the workers joined once the launcher has live worker processes (torch starts them only after
+the rendezvous completed) or has exited; the launcher's exit code says how the generation
+ended (see :class:`Outcome`).
+
+The workers' environment is built from a clean base: this process's environment without
+any ``INTERSTICE_*`` variable (the agent's token among them) nor any value equal to one of
+the agent's secrets, plus torch's ``RANK``/``WORLD_SIZE``/… and the job's variables
+(:data:`interstice.wire.JOB_ENV_VARS`). stdout and stderr of global rank R go to
+``wire.rank_log_path(job_dir, rendezvous_id, R)`` through torch's ``LogsSpecs``.
 
 Why a pre-started ("spare") launcher: importing torch and torchvision takes 2-10 s, most of
 a rescale's cost. The agent keeps one launcher process started with torch imported and a
 multiprocessing fork server holding torch, the models and the worker, blocked on its stdin;
 a start or rescale writes the generation's config to it (one JSON line), and the agent
-starts the next spare once the new workers joined. The default worker runs as a function
-forked from that fork server, so it inherits the imports. Workers on CPU use gloo, on GPU
-nccl (decided by the worker).
+starts the next spare once the new workers joined. A fork server, not plain ``fork``: it is a
+fresh single-threaded process that never touches CUDA, so its children may.
 
 Exactly one node hosts the rendezvous' TCP store: torch's c10d backend guesses the host by
 matching the endpoint's host name to this machine, which is ambiguous with several agents
@@ -21,44 +41,80 @@ on one machine, so the agent passes ``is_host`` explicitly: true on the node who
 port the endpoint names (docs/agent-protocol.md: the job's first node).
 """
 
+import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
 from interstice.agents import rundir
-from interstice.agents.protocol import DEFAULT_ENTRYPOINT, Command
+from interstice.agents.protocol import BadCommand, Command
+
+from interstice import files, wire
 
 LAUNCHER_MODULE = "interstice.agents.launcher"
-WORKER_MODULE = DEFAULT_ENTRYPOINT
+WORKER_MODULE = wire.DEFAULT_ENTRYPOINT
 SPARE_READY = "interstice: spare launcher ready"  # the first line of a launcher's log
-MULTIPROCESSING_HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
+MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+# A binary worker runs as `sh -c 'exec "$@" 2>&1' ...`: torch's LogsSpecs opens stdout and
+# stderr as two files, so stderr joins stdout in the rank log here (exec: same pid).
+MERGE_STDERR = ("/bin/sh", "-c", 'exec "$@" 2>&1', "interstice-worker")
+LOG_TAIL_LINES = 20
+
+# Exit codes of a launcher process (besides 0: every worker exited 0).
+EXIT_WORKERS_FAILED = 3  # a worker exited non-zero: the job's fault
+EXIT_BAD_JOB = 4  # the job cannot start here or anywhere (exec failed, unknown model)
+EXIT_LAUNCH_FAILED = 5  # the rendezvous or the launcher failed: the node's fault
+
+# errno of an exec that fails for a reason of the command itself.
+EXEC_ERRNOS = frozenset({errno.E2BIG, errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
 
 log = logging.getLogger("interstice.agent")
 
 
 @dataclass
 class Generation:
-    """This node's part of one rendezvous of a job: the launcher process running it."""
+    """This node's part of one rendezvous of a job: the launcher process running it.
+
+    Attributes:
+        stop_requested: the agent asked these workers to stop (stop file and SIGTERM): an
+            exit after it is a stop, never the job's end or failure.
+    """
 
     command: Command
     process: subprocess.Popen
     run_dir: Path
+    job_dir: Path
     log_path: Path
+    result_path: Path
     started_at: float = field(default_factory=time.monotonic)
+    stop_requested: bool = False
+    _warmed_up: bool = False
 
     @property
     def rendezvous_id(self) -> str:
         """The rendezvous (``<job_id>-g<generation>``) this launcher joined."""
         assert self.command.rendezvous_id is not None
         return self.command.rendezvous_id
+
+    def warmed_up(self) -> bool:
+        """Whether the launcher finished its warm-up (its log starts with the ready line)."""
+        if not self._warmed_up:
+            try:
+                with self.log_path.open("rb") as stream:
+                    self._warmed_up = stream.read(len(SPARE_READY)).decode() == SPARE_READY
+            except OSError:
+                return False
+        return self._warmed_up
 
     def log_tail(self, chars: int = 600) -> str:
         """The end of the launcher's log, for an error message."""
@@ -69,17 +125,33 @@ class Generation:
         return " ".join(text[-chars:].split())
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a generation ended, judged from its launcher's exit code.
+
+    Attributes:
+        job_state: ``finished`` (every worker exited 0, no stop requested), ``failed``
+            (the job's fault: a worker exited non-zero, or it could not start), or None (a
+            stop we requested, or the node's fault: the job goes on elsewhere).
+        error: why, for ``failed`` or a node-side failure; None otherwise.
+    """
+
+    job_state: wire.HeartbeatJobState | None
+    error: str | None = None
+
+
 class Launcher:
     """Starts generations of this node's workers and stops them.
 
     Args:
         workdir: the agent's folder; a job's run directory is ``workdir/<job_id>``.
-        node: this node's name (given to the workers, who name their step logs with it).
+        node: this node's name (``INTERSTICE_NODE`` of the workers).
         host: the address the workers and the rendezvous bind on this node.
         ports: this agent's rendezvous ports (decides ``is_host``).
-        nproc_per_node: workers per node (1 on CPU; one per GPU).
+        nproc_per_node: workers per node when the job does not say (1 on CPU).
         join_timeout_s: a rendezvous not complete after this long fails the launch.
-        worker_args: extra arguments for every worker (e.g. ``--checkpoint-every 20``).
+        worker_args: extra arguments for the built-in worker (e.g. ``--checkpoint-every 20``).
+        secrets: the agent's credentials: no worker environment variable holds one.
     """
 
     def __init__(
@@ -91,6 +163,7 @@ class Launcher:
         nproc_per_node: int,
         join_timeout_s: float,
         worker_args: list[str],
+        secrets: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
         self.node = node
@@ -99,6 +172,7 @@ class Launcher:
         self.nproc_per_node = nproc_per_node
         self.join_timeout_s = join_timeout_s
         self.worker_args = worker_args
+        self.secrets = tuple(secret for secret in secrets if secret)
         self._spare: tuple[subprocess.Popen, Path] | None = None
         self._launches = 0
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -109,13 +183,13 @@ class Launcher:
             return
         self._launches += 1
         log_path = self.workdir / "logs" / f"launcher-{os.getpid()}-{self._launches}.log"
-        with log_path.open("wb") as log:
+        with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", LAUNCHER_MODULE],
                 # torch elastic's rendezvous and worker events, timed, in the launcher log
-                env={"LOGLEVEL": "INFO", **os.environ},
+                env={**clean_environment(os.environ, self.secrets), "LOGLEVEL": "INFO"},
                 stdin=subprocess.PIPE,
-                stdout=log,
+                stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed as one
             )
@@ -151,56 +225,179 @@ class Launcher:
 
         Returns:
             The running generation.
+
+        Raises:
+            BadCommand: with ``job_failed``: the job's command cannot run (a missing
+                script or program, a workdir that is not a folder, an argv too long for
+                the OS). Nothing was started.
         """
         assert command.job is not None and command.rendezvous_endpoint is not None
-        run_dir = self.workdir / command.job_id
+        run_dir = wire.run_dir(self.workdir, command.job_id)
+        config = self.config(command)  # raises before anything is started
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / rundir.STOP_FILE).unlink(missing_ok=True)
-        for status in run_dir.glob("status-*.json"):
-            status.unlink(missing_ok=True)
+        rundir.clear(run_dir)
+        job_dir = Path(command.job.job_dir)
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.warm()
         assert self._spare is not None
         process, log_path = self._spare
         self._spare = None
-        config = self._config(command, run_dir)
+        result_path = log_path.with_suffix(".result.json")
+        config["result_path"] = str(result_path)
         try:
             assert process.stdin is not None
             process.stdin.write((json.dumps(config) + "\n").encode())
             process.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # it died: the agent sees the exit code and acknowledges the error
-        return Generation(command=command, process=process, run_dir=run_dir, log_path=log_path)
+        return Generation(
+            command=command,
+            process=process,
+            run_dir=run_dir,
+            job_dir=job_dir,
+            log_path=log_path,
+            result_path=result_path,
+        )
 
-    def _config(self, command: Command, run_dir: Path) -> dict[str, Any]:
-        """The JSON line a launcher reads: the launch config and the worker's command line."""
+    def config(self, command: Command) -> dict[str, Any]:
+        """The JSON line a launcher reads: the launch config, the workers' argv and env.
+
+        Raises:
+            BadCommand: with ``job_failed``: the job's command cannot run (see
+                :meth:`launch`).
+        """
         job = command.job
-        assert job is not None
-        worker_args = [
-            *("--model", job.model, "--parallelism", job.parallelism),
-            *("--spb-depth", str(command.spb_depth), "--batch-size", str(job.batch_size)),
-            *("--total-samples", str(job.total_samples)),
-            *("--checkpoint-dir", job.checkpoint_dir, "--run-dir", str(run_dir)),
-            *("--node", self.node, *self.worker_args),
-        ]
-        if job.command:
-            argv = list(job.command)
-        elif job.entrypoint and job.entrypoint != DEFAULT_ENTRYPOINT:
-            argv = [sys.executable, "-m", job.entrypoint, *worker_args]
+        assert job is not None and command.rendezvous_endpoint is not None
+        run_dir = wire.run_dir(self.workdir, command.job_id)
+        cwd = Path(job.workdir or job.job_dir)
+        job_env = {
+            **job.env,
+            wire.ENV_JOB_ID: command.job_id,
+            wire.ENV_JOB_DIR: job.job_dir,
+            wire.ENV_CHECKPOINT_DIR: job.checkpoint_dir,
+            wire.ENV_RUN_DIR: str(run_dir),
+            wire.ENV_TOTAL_SAMPLES: str(job.total_samples),
+            wire.ENV_GLOBAL_BATCH_SIZE: str(job.global_batch_size),
+            wire.ENV_NODE: self.node,
+        }
+        if job.command is not None:
+            argv = wire.expand_placeholders(
+                job.command,
+                {
+                    "job_id": command.job_id,
+                    "job_dir": job.job_dir,
+                    "checkpoint_dir": job.checkpoint_dir,
+                    "total_samples": job.total_samples,
+                    "global_batch_size": job.global_batch_size,
+                },
+            )
+            if argv[0].endswith(".py"):
+                argv = [sys.executable, *argv]
+        elif not job.runs_builtin_worker:
+            assert job.entrypoint is not None
+            argv = [sys.executable, "-m", job.entrypoint]
         else:
-            argv = [DEFAULT_ENTRYPOINT, *worker_args]  # run in-process, forked
+            argv = None
+        base_env = clean_environment(os.environ, self.secrets)
+        if argv is not None:
+            check_runnable(argv, cwd, {**base_env, **job_env})
+        elif job.workdir is not None and not cwd.is_dir():
+            raise BadCommand(f"workdir {str(cwd)!r} is not a folder", job_failed=True)
         return {
-            "model": job.model if argv[0] == DEFAULT_ENTRYPOINT else None,
+            "model": job.model if argv is None else None,
             "world_size": command.world_size,
-            "nproc_per_node": self.nproc_per_node,
+            "nproc_per_node": job.nproc_per_node or self.nproc_per_node,
             "rendezvous_id": command.rendezvous_id,
             "rendezvous_endpoint": command.rendezvous_endpoint,
             "is_host": self.is_host(command.rendezvous_endpoint),
             "join_timeout_s": self.join_timeout_s,
             "local_addr": self.host,
             "argv": argv,
-            # for a job's own entrypoint or command (the worker has them as arguments)
-            "env": {"INTERSTICE_JOB_ID": command.job_id, "INTERSTICE_NODE": self.node},
+            "builtin_args": self._builtin_args(command, run_dir) if argv is None else None,
+            "env": job_env,
+            "cwd": str(cwd) if cwd.is_dir() else None,
+            "job_dir": job.job_dir,
         }
+
+    def _builtin_args(self, command: Command, run_dir: Path) -> list[str]:
+        """The built-in worker's command line (its numbers also come as the job's env)."""
+        job = command.job
+        assert job is not None and job.model is not None and command.world_size is not None
+        return [
+            *("--model", job.model, "--parallelism", job.parallelism),
+            *("--spb-depth", str(command.spb_depth)),
+            *("--batch-size", str(max(1, job.global_batch_size // command.world_size))),
+            *("--total-samples", str(job.total_samples)),
+            *("--checkpoint-dir", job.checkpoint_dir, "--run-dir", str(run_dir)),
+            *("--node", self.node, *self.worker_args),
+        ]
+
+
+def clean_environment(environ: Mapping[str, str], secrets: Sequence[str] = ()) -> dict[str, str]:
+    """The base environment of a job's processes: ``environ`` without the agent's secrets.
+
+    Dropped: every ``INTERSTICE_*`` variable (the agent token, the service's settings; the
+    job's own ``INTERSTICE_*`` are added per job), torch elastic's per-run variables, and any
+    variable whose value is one of ``secrets``.
+
+    Args:
+        environ: the agent's environment.
+        secrets: values no worker may see (the agent's token).
+
+    Returns:
+        A new mapping.
+    """
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(("INTERSTICE_", "TORCHELASTIC_")) and value not in secrets
+    }
+
+
+def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> None:
+    """Refuse a command that cannot be executed, before starting anything.
+
+    Linux's limits on ``execve``: one argument or environment entry at most
+    ``MAX_ARG_STRLEN`` (32 pages) bytes with its NUL, all of them with their pointers at
+    most ``ARG_MAX`` (``sysconf(SC_ARG_MAX)``) bytes.
+
+    Args:
+        argv: the expanded command (a ``.py`` first element already behind the Python).
+        cwd: the workers' working directory.
+        env: their environment, besides torch's variables.
+
+    Raises:
+        BadCommand: with ``job_failed``: the workdir is not a folder, the program or script
+            is missing or not executable, or the argv and env are too long for the OS.
+    """
+    if not cwd.is_dir():
+        raise BadCommand(f"workdir {str(cwd)!r} is not a folder", job_failed=True)
+    program = argv[0]
+    resolved = shutil.which(program, path=env.get("PATH")) if "/" not in program else None
+    path = Path(resolved) if resolved else cwd / program
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BadCommand(f"command: no executable {program!r} (cwd {cwd})", job_failed=True)
+    if program == sys.executable and len(argv) > 1 and not argv[1].startswith("-"):
+        script = cwd / argv[1]
+        if not script.is_file():
+            raise BadCommand(f"command: no script {str(script)!r}", job_failed=True)
+    strings = [*MERGE_STDERR, *argv, *(f"{name}={value}" for name, value in env.items())]
+    longest = max(len(text.encode()) + 1 for text in strings)
+    max_arg_bytes = 32 * os.sysconf("SC_PAGE_SIZE")
+    if longest > max_arg_bytes:
+        raise BadCommand(
+            f"command: an argument of {longest} bytes is longer than the OS allows "
+            f"({max_arg_bytes}, E2BIG)",
+            job_failed=True,
+        )
+    # The launcher adds torch's ~20 variables to env: leave them room.
+    total = sum(len(text.encode()) + 1 + 8 for text in strings) + 16384
+    if total > os.sysconf("SC_ARG_MAX"):
+        raise BadCommand(
+            f"command: argv and env of {total} bytes are longer than the OS allows "
+            f"({os.sysconf('SC_ARG_MAX')}, E2BIG)",
+            job_failed=True,
+        )
 
 
 def spare_ready(log_path: Path) -> bool:
@@ -212,126 +409,177 @@ def spare_ready(log_path: Path) -> bool:
         return False
 
 
-def request_stop(run_dir: Path) -> None:
-    """Ask the workers in ``run_dir`` to checkpoint at their next step and exit."""
-    (run_dir / rundir.STOP_FILE).touch()
+# -- the agent's view of a running launcher ------------------------------------------------
+
+
+def worker_processes(generation: Generation) -> list[psutil.Process]:
+    """The live workers of ``generation``'s launcher.
+
+    A worker is a child of the launcher that is not one of its multiprocessing helpers
+    (a binary worker), or a child of its fork server (a function worker). torch starts
+    them only after the rendezvous completed. Until the launcher logged that its warm-up
+    is over, the fork server's child is its warm-up probe, not a worker.
+    """
+    process = generation.process
+    if process.poll() is not None or not generation.warmed_up():
+        return []
+    try:
+        children = psutil.Process(process.pid).children()
+    except psutil.Error:
+        return []
+    workers = []
+    for child in children:
+        try:
+            command_line = " ".join(child.cmdline())
+            if "multiprocessing.forkserver" in command_line:
+                workers.extend(child.children())
+            elif not any(helper in command_line for helper in MULTIPROCESSING_HELPERS):
+                workers.append(child)
+        except psutil.Error:
+            continue  # exited meanwhile
+    return [worker for worker in workers if _alive(worker)]
+
+
+def workers_alive(generation: Generation) -> bool:
+    """Whether ``generation``'s launcher still has a live worker."""
+    return bool(worker_processes(generation))
 
 
 def joined(generation: Generation) -> bool:
-    """Whether a worker of ``generation`` reported from its rendezvous (trained or about to)."""
-    return any(
-        status.get("rendezvous_id") == generation.rendezvous_id
-        for status in rundir.read_statuses(generation.run_dir)
-    )
+    """Whether this node's workers of ``generation`` joined its rendezvous: the launcher has
+    live workers (started only once the rendezvous completed) or has exited."""
+    return generation.process.poll() is not None or workers_alive(generation)
 
 
-def workers_done(generation: Generation, nproc_per_node: int) -> bool:
-    """Whether every local worker of ``generation`` checkpointed and reported its end."""
-    ended = [
-        status
-        for status in rundir.read_statuses(generation.run_dir)
-        if status.get("rendezvous_id") == generation.rendezvous_id
-        and status.get("state") in ("stopped", "finished")
-    ]
-    return len(ended) >= nproc_per_node
+def outcome(generation: Generation) -> Outcome | None:
+    """How ``generation`` ended, or None while its launcher runs.
+
+    Args:
+        generation: a generation.
+
+    Returns:
+        See :class:`Outcome`. A generation whose stop we requested ended by our doing.
+    """
+    returncode = generation.process.poll()
+    if returncode is None:
+        return None
+    if generation.stop_requested:
+        return Outcome(None)
+    result = rundir.read_json(generation.result_path) or {}
+    if returncode == 0:
+        return Outcome("finished")
+    if returncode == EXIT_WORKERS_FAILED and "rank" in result:
+        rank = int(result["rank"])
+        tail = log_tail(wire.rank_log_path(generation.job_dir, generation.rendezvous_id, rank))
+        reason = str(result.get("error") or f"rank {rank} failed")
+        return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
+    if returncode == EXIT_BAD_JOB:
+        return Outcome("failed", _clip(str(result.get("error") or generation.log_tail())))
+    return Outcome(None, f"launch failed (exit {returncode}): {generation.log_tail()}")
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file ('' when it cannot be read)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - 16384))
+            text = stream.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _clip(text: str) -> str:
+    """``text`` within the heartbeat's error limit, keeping its head and its end."""
+    limit = wire.HEARTBEAT_ERROR_MAX_CHARS
+    if len(text) <= limit:
+        return text
+    return text[: limit // 4] + "\n…\n" + text[-(limit - limit // 4 - 3) :]
+
+
+def request_stop(generation: Generation) -> list[psutil.Process]:
+    """Ask the workers to checkpoint and exit: the stop file, and SIGTERM to each worker.
+
+    The workers, not torch's agent in the launcher: a script's own checkpoint-on-signal
+    (``interstice.elastic.State.should_stop``) runs, and torch's agent sees them exit.
+
+    Returns:
+        The workers signalled.
+    """
+    generation.stop_requested = True
+    generation.run_dir.mkdir(parents=True, exist_ok=True)
+    wire.stop_path(generation.run_dir).touch()
+    workers = worker_processes(generation)
+    for worker in workers:
+        try:
+            worker.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    return workers
 
 
 def end_generation(
     generation: Generation,
     kill_at: float,
-    nproc_per_node: int,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> bool | None:
-    """Ask the workers to checkpoint and exit; kill what is left at ``kill_at``.
+    """Stop the workers (stop file and SIGTERM), wait for them until ``kill_at``, then kill
+    what is left.
 
-    Workers that have not reported from this rendezvous yet have trained no step of it
-    (every step all-reduces across all ranks), so they are killed at once: waiting would
-    only hold peers in a rendezvous that has been replaced.
+    Workers that have not joined yet have trained no step of this rendezvous (every step
+    all-reduces across all ranks), so they are killed at once: waiting would only hold
+    peers in a rendezvous that has been replaced.
 
     Args:
         generation: the running generation.
         kill_at: ``time.monotonic()`` at which whatever still runs is killed.
-        nproc_per_node: workers on this node.
         interrupted: polled while waiting; True returns at once, killing nothing.
 
     Returns:
         Whether the workers had joined, or None when interrupted.
     """
-    request_stop(generation.run_dir)
     process = generation.process
     had_joined = joined(generation)
-    while (
-        had_joined
-        and workers_alive(process)
-        and not workers_done(generation, nproc_per_node)
-        and time.monotonic() < kill_at
-    ):
+    workers = request_stop(generation)
+    while had_joined and any(_alive(w) for w in workers) and time.monotonic() < kill_at:
         if interrupted():
             return None
         time.sleep(0.02)
-    if had_joined and workers_alive(process) and not workers_done(generation, nproc_per_node):
+    if had_joined and any(_alive(w) for w in workers):
         log.warning("workers of %s missed their deadline: killed", generation.rendezvous_id)
-    # The workers checkpointed and reported their end (or never trained): what is left
-    # is process teardown and torch's exit barrier, so the launcher goes now.
+    # The workers checkpointed and exited (or never trained): what is left is process
+    # teardown and torch's exit barrier, so the launcher goes now.
     kill(process)
     return had_joined
 
 
-def workers_alive(process: subprocess.Popen) -> bool:
-    """Whether the launcher ``process`` still has a worker: a process below it other than
-    the multiprocessing helpers it started itself (fork server, resource tracker)."""
-    if process.poll() is not None:
-        return False
-    for pid, parent in _descendants(process.pid).items():
-        if parent != process.pid:
-            return True  # forked by the fork server: a worker
-        try:
-            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if not any(helper in command_line for helper in MULTIPROCESSING_HELPERS):
-            return True
-    return False
-
-
 def kill(process: subprocess.Popen) -> None:
-    """SIGKILL a launcher, its process group and every process it started."""
-    victims = [process.pid, *_descendants(process.pid)]
-    for pid in victims:
-        for send in (os.killpg, os.kill):
-            try:
-                send(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    """SIGKILL a launcher, its process group and every process below it."""
+    try:
+        victims = [psutil.Process(process.pid)]
+        victims += victims[0].children(recursive=True)
+    except psutil.Error:
+        victims = []
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for victim in victims:
+        try:
+            victim.kill()
+        except psutil.Error:
+            pass
     try:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
 
 
-def _descendants(pid: int) -> dict[int, int]:
-    """Every live process below ``pid`` (Linux ``/proc``), with its parent's pid."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces; state and parent pid follow its ')'.
-        state, parent_text = stat.rpartition(")")[2].split()[:2]
-        if state == "Z":
-            continue  # exited, not yet reaped
-        children.setdefault(int(parent_text), []).append(int(entry.name))
-    found: dict[int, int] = {}
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child in children.get(parent, []):
-            found[child] = parent
-            frontier.append(child)
-    return found
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _close_quietly(stream: IO[bytes] | None) -> None:
@@ -342,23 +590,90 @@ def _close_quietly(stream: IO[bytes] | None) -> None:
             pass
 
 
+# -- the launcher process ----------------------------------------------------------------
+
+
+def rank_logs_specs(job_dir: str, rendezvous_id: str) -> Any:
+    """torch ``LogsSpecs`` writing global rank R's stdout to ``wire.rank_log_path``.
+
+    stderr joins it in the worker (see :data:`MERGE_STDERR` and :func:`run_builtin_worker`):
+    torch would open it as a second file handle that overwrites the first. torch's error
+    file of rank R (``@record``) lies beside it as ``rank-R.error.json``.
+    """
+    from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
+
+    class RankLogsSpecs(LogsSpecs):
+        def __init__(self) -> None:
+            super().__init__(log_dir=str(wire.logs_dir(job_dir)))
+
+        @property
+        def root_log_dir(self) -> str:
+            return str(wire.logs_dir(job_dir))
+
+        def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+            destination = LogsDest()
+            for local_rank, env in envs.items():
+                path = wire.rank_log_path(job_dir, rendezvous_id, int(env["RANK"]))
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                error_file = path.with_suffix(".error.json")
+                error_file.unlink(missing_ok=True)
+                destination.stdouts[local_rank] = str(path)
+                destination.stderrs[local_rank] = ""  # merged into stdout by the worker
+                destination.error_files[local_rank] = str(error_file)
+                env["TORCHELASTIC_ERROR_FILE"] = str(error_file)
+            return destination
+
+    return RankLogsSpecs()
+
+
+def run_builtin_worker(env: dict[str, str], cwd: str | None, argv: list[str]) -> Any:
+    """The built-in worker in a process forked from the fork server: the job's env and
+    cwd (the fork server predates the job), stderr into the rank log, then its ``main``."""
+    os.dup2(1, 2)  # torch redirected stdout to the rank log already
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    from interstice.agents import worker
+
+    return worker.main(argv)
+
+
+def _visible_cuda_devices() -> int:
+    """Workers for ``nproc_per_node: auto``: one per visible CUDA device, else 1."""
+    import torch
+
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+
+
 def _run_generation(config: dict[str, Any]) -> int:
     """Run one generation with torch's launcher API; the exit code of the launcher."""
-    from interstice.agents import worker
-    from interstice.models import MODEL_NAMES
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if config["model"] is not None and config["model"] not in MODEL_NAMES:
-        print(f"unknown model {config['model']!r}: known are {', '.join(MODEL_NAMES)}")
-        return 2
-    os.environ.update(config["env"])
+    def finish(code: int, **result: Any) -> int:
+        files.write_json_atomic(config["result_path"], {"exit_code": code, **result})
+        if "error" in result:
+            print(f"interstice: {result['error']}", file=sys.stderr, flush=True)
+        return code
+
+    if config["model"] is not None:
+        from interstice.models import MODEL_NAMES
+
+        if config["model"] not in MODEL_NAMES:
+            known = ", ".join(MODEL_NAMES)
+            return finish(EXIT_BAD_JOB, error=f"unknown model {config['model']!r}: known {known}")
+    nproc_per_node = config["nproc_per_node"]
+    if nproc_per_node == "auto":
+        nproc_per_node = _visible_cuda_devices()
+    os.environ.update(config["env"])  # binary workers inherit it
+    if config["cwd"] is not None:
+        os.chdir(config["cwd"])
     launch_config = LaunchConfig(
         min_nodes=config["world_size"],
         max_nodes=config["world_size"],
-        nproc_per_node=config["nproc_per_node"],
+        nproc_per_node=nproc_per_node,
         run_id=config["rendezvous_id"],
-        role="trainer",
+        role=wire.WORKER_ROLE,
         rdzv_endpoint=config["rendezvous_endpoint"],
         rdzv_backend="c10d",
         rdzv_configs={
@@ -370,23 +685,32 @@ def _run_generation(config: dict[str, Any]) -> int:
         monitor_interval=0.05,
         start_method="forkserver",
         local_addr=config["local_addr"],
+        logs_specs=rank_logs_specs(config["job_dir"], config["rendezvous_id"]),
     )
-    argv = config["argv"]
-    if argv[0] == DEFAULT_ENTRYPOINT:
-        launch = elastic_launch(launch_config, worker.main)
-        args: tuple[Any, ...] = (argv[1:],)
+    if config["argv"] is None:
+        launch = elastic_launch(launch_config, run_builtin_worker)
+        args: tuple[Any, ...] = (config["env"], config["cwd"], config["builtin_args"])
     else:
-        launch = elastic_launch(launch_config, argv[0])
-        args = tuple(argv[1:])
+        launch = elastic_launch(launch_config, MERGE_STDERR[0])
+        args = (*MERGE_STDERR[1:], *config["argv"])
     try:
         launch(*args)
     except ChildFailedError as error:
-        print(f"workers failed: {error}", file=sys.stderr, flush=True)
-        return 1
+        rank, failure = error.get_first_failure()
+        reason = f"rank {rank} exited with code {failure.exitcode}"
+        if failure.signal_name() != "<N/A>":
+            reason = f"rank {rank} was killed by {failure.signal_name()}"
+        if isinstance(failure.message, dict):  # from the error file of @record
+            message = failure.message.get("message", {}).get("message")
+            reason += f": {message}" if message else ""
+        return finish(EXIT_WORKERS_FAILED, rank=rank, error=reason)
+    except OSError as error:
+        if error.errno in EXEC_ERRNOS and error.filename is not None:
+            return finish(EXIT_BAD_JOB, error=f"cannot start the workers: {error}")
+        return finish(EXIT_LAUNCH_FAILED, error=f"launch failed: {type(error).__name__}: {error}")
     except Exception as error:  # the rendezvous failed (timeout, unreachable store, ...)
-        print(f"launch failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        return finish(EXIT_LAUNCH_FAILED, error=f"launch failed: {type(error).__name__}: {error}")
+    return finish(0)
 
 
 def main() -> int:
@@ -403,7 +727,7 @@ def main() -> int:
     import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
     from interstice.models import MODEL_NAMES  # noqa: F401  (torchvision: seconds)
 
-    multiprocessing.set_forkserver_preload([WORKER_MODULE, "interstice.models.trainer"])
+    multiprocessing.set_forkserver_preload([WORKER_MODULE, LAUNCHER_MODULE])
     multiprocessing.forkserver.ensure_running()
     # A no-op child returns only once the fork server finished its imports.
     probe = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
@@ -417,4 +741,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the module's own name, so what the fork server unpickles
+    # (run_builtin_worker) is interstice.agents.launcher's, not __main__'s.
+    from interstice.agents import launcher
+
+    sys.exit(launcher.main())
