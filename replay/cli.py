@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-POLICIES = ("milp", "greedy", "equal-share")
+POLICIES = ("milp", "greedy", "equal-share", "rigid")
+OBJECTIVES = ("throughput", "speedup")
 
 
 def replay(
@@ -25,13 +26,21 @@ def replay(
         None, help="Window start, ISO 8601 (no zone) (default: the trace's first timestamp)."
     ),
     hours: float | None = typer.Option(
-        None, help="Window length in hours, > 0 (default: to the trace's end)."
+        None, help="Window length in hours, > 0 (default: to --end or the trace's end)."
+    ),
+    end: str | None = typer.Option(
+        None, help="Window end, ISO 8601 (no zone), after --start; not with --hours."
     ),
     nodes: int | None = typer.Option(
         None, help="Replay only this many nodes, drawn with --seed (default: all)."
     ),
+    nodes_file: Path | None = typer.Option(
+        None,
+        help="Replay only the nodes named in this file, one host name a line (# comments); "
+        "not with --nodes.",
+    ),
     seed: int = typer.Option(0, help="Seed of the --nodes draw."),
-    policy: str = typer.Option("milp", help="milp, greedy or equal-share."),
+    policy: str = typer.Option("milp", help="milp, greedy, equal-share or rigid."),
     backend: str = typer.Option(
         "cpsat",
         help="MILP backend: cpsat or cbc (same goodput on a 24 h replay at --horizon 60; "
@@ -44,7 +53,11 @@ def replay(
         "60-300 s trained the most samples (2.12e10), 30 s, 600 s and auto 1-4 % fewer "
         "(README).",
     ),
-    max_active_jobs: int = typer.Option(10, help="Most jobs admitted at once (BFTrainer: 10)."),
+    max_active_jobs: int | None = typer.Option(
+        None,
+        help="Cap on jobs admitted at once (default: none; jobs are admitted first come first "
+        "served while the admitted ones cannot use every idle node; BFTrainer capped at 10).",
+    ),
     min_solve_interval: float = typer.Option(
         0.0, help="Least simulated seconds between two solves (0: solve at every event)."
     ),
@@ -56,8 +69,36 @@ def replay(
         "as BFTrainer). On a 24 h replay 0.9 trained the most, 0 5 % less at --horizon 60 and "
         "57 % less at auto (optimizer/formulation.py).",
     ),
+    objective: str = typer.Option(
+        "throughput",
+        help="throughput (samples) or speedup (each job's term divided by its one-node rate).",
+    ),
+    fairness: float = typer.Option(0.0, help="Weight of the concave fair-share term, >= 0."),
+    churn: float = typer.Option(
+        0.0, help="Penalty per rescale in one node's work over the horizon, >= 0."
+    ),
+    priority_weight: float = typer.Option(
+        1.0, help="Exponent on the jobs' priority column (0 ignores priorities), >= 0."
+    ),
+    rate_error: float = typer.Option(
+        0.0,
+        help="The policies see every table rate times a random factor in [1/(1+F), 1+F] "
+        "(seeded by --rate-seed); the jobs train at the true rates. F >= 0.",
+    ),
+    rate_seed: int = typer.Option(0, help="Seed of the --rate-error factors."),
+    learn: bool = typer.Option(
+        False,
+        "--learn/--no-learn",
+        help="Fit each job's curve from the rates it really trained at (optimizer.learning).",
+    ),
+    rigid_nodes: int | None = typer.Option(
+        None, help="Node count every rigid job asks for (default: its max_nodes)."
+    ),
+    checkpoint_interval_s: float = typer.Option(
+        600.0, help="Seconds between two checkpoints of a rigid job, > 0."
+    ),
     no_baselines: bool = typer.Option(
-        False, "--no-baselines", help="Replay only --policy, not the other two as baselines."
+        False, "--no-baselines", help="Replay only --policy, not the others as baselines."
     ),
     out: Path = typer.Option(Path("."), help="Folder for report.json and report.png."),
 ) -> None:
@@ -67,6 +108,8 @@ def replay(
     from interstice.replay import report as report_module
     from interstice.replay.horizon import AutoHorizon, FixedHorizon
     from interstice.replay.jobs import load_jobs
+    from interstice.replay.rates import perturb
+    from interstice.replay.rigid import replay_rigid
     from interstice.replay.simulator import ReplayOptions
     from interstice.replay.simulator import replay as run_replay
     from interstice.replay.trace import load_trace
@@ -82,8 +125,26 @@ def replay(
         fail(f"--backend must be cbc or cpsat, got {backend!r}")
     if hours is not None and not hours > 0:
         fail(f"--hours must be > 0, got {hours}")
-    if max_active_jobs < 1:
+    if max_active_jobs is not None and max_active_jobs < 1:
         fail(f"--max-active-jobs must be >= 1, got {max_active_jobs}")
+    if objective not in OBJECTIVES:
+        fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    for option, value in (
+        ("--fairness", fairness),
+        ("--churn", churn),
+        ("--priority-weight", priority_weight),
+        ("--rate-error", rate_error),
+    ):
+        if not 0 <= value < float("inf"):
+            fail(f"{option} must be a finite number >= 0, got {value}")
+    if rigid_nodes is not None and rigid_nodes < 1:
+        fail(f"--rigid-nodes must be >= 1, got {rigid_nodes}")
+    if not 0 < checkpoint_interval_s < float("inf"):
+        fail(f"--checkpoint-interval-s must be > 0, got {checkpoint_interval_s}")
+    if hours is not None and end is not None:
+        fail("--hours and --end both set the window's end: give one")
+    if nodes is not None and nodes_file is not None:
+        fail("--nodes and --nodes-file both choose the nodes: give one")
     if min_solve_interval < 0:
         fail(f"--min-solve-interval must be >= 0, got {min_solve_interval}")
     if not time_limit > 0:
@@ -105,6 +166,8 @@ def replay(
         "--jobs": jobs or folder / data.IMAGENET_JOBS_FILE,
         "--scalability": scalability or folder / data.SCALABILITY_FILE,
     }
+    if nodes_file is not None:
+        paths["--nodes-file"] = nodes_file
     for option, path in paths.items():
         if not path.is_file():
             fail(f"{option}: no such file {path}")
@@ -121,26 +184,35 @@ def replay(
     except (OSError, ValueError) as exc:
         fail(f"--trace {paths['--trace']}: {exc}")
 
+    def offset_s(option: str, text: str) -> float:
+        try:
+            at = np.datetime64(text, "s")
+        except ValueError:
+            at = np.datetime64("NaT")
+        if np.isnat(at):
+            fail(f"{option} must be an ISO 8601 time like 2021-02-17T00:00:00, got {text!r}")
+        return float((at - node_trace.start) / np.timedelta64(1, "s"))
+
     start_s = 0.0
     if start is not None:
-        try:
-            start_at = np.datetime64(start, "s")
-        except ValueError:
-            start_at = np.datetime64("NaT")
-        if np.isnat(start_at):
-            fail(f"--start must be an ISO 8601 time like 2021-02-17T00:00:00, got {start!r}")
-        start_s = float((start_at - node_trace.start) / np.timedelta64(1, "s"))
+        start_s = offset_s("--start", start)
         if not 0 <= start_s < node_trace.duration_s:
             fail(f"--start {start} is outside the trace, {node_trace.start} to {node_trace.end}")
     end_s = float(node_trace.duration_s)
     if hours is not None:
         end_s = min(end_s, start_s + hours * 3600.0)
+    if end is not None:
+        end_s = offset_s("--end", end)
+        if not start_s < end_s <= node_trace.duration_s:
+            fail(f"--end {end} must lie after the window's start, by {node_trace.end}")
     n_nodes = len(node_trace.node_names)
     node_ids = None
     if nodes is not None:
         if not 1 <= nodes <= n_nodes:
             fail(f"--nodes must be within 1..{n_nodes} (the trace's nodes), got {nodes}")
         node_ids = np.sort(np.random.default_rng(seed).choice(n_nodes, nodes, replace=False))
+    if nodes_file is not None:
+        node_ids = read_nodes_file(nodes_file, node_trace.node_names.tolist())
     window = node_trace.window(start_s, end_s, node_ids)
     horizon_fn = AutoHorizon(node_trace, start_s) if horizon_s is None else FixedHorizon(horizon_s)
 
@@ -150,12 +222,21 @@ def replay(
         "equal-share": equal_share,
     }
     order = [policy] + ([] if no_baselines else [p for p in POLICIES if p != policy])
+    weights = Weights(
+        speedup=objective == "speedup",
+        fairness=fairness,
+        churn=churn,
+        priority=priority_weight,
+        early_finish=early_finish,
+    )
     options = ReplayOptions(
         max_active_jobs=max_active_jobs,
+        learn=learn,
         min_solve_interval_s=min_solve_interval,
         time_limit_s=time_limit,
-        weights=Weights(early_finish=early_finish),
+        weights=weights,
     )
+    believed = perturb(table, rate_error, rate_seed)
     console = Console(stderr=True)
     window_start = window.start.astype(object)
     console.print(
@@ -182,8 +263,17 @@ def replay(
                     clock = window.start + np.timedelta64(int(now_s), "s")
                     progress.update(task, completed=now_s, clock=str(clock))
 
-            results.append(
-                run_replay(
+            if name == "rigid":
+                result = replay_rigid(
+                    window,
+                    job_specs,
+                    table,
+                    rigid_nodes=rigid_nodes,
+                    checkpoint_interval_s=checkpoint_interval_s,
+                    on_progress=show,
+                )
+            else:
+                result = run_replay(
                     window,
                     job_specs,
                     table,
@@ -192,8 +282,9 @@ def replay(
                     options=options,
                     name=name,
                     on_progress=show,
+                    believed=believed,
                 )
-            )
+            results.append(result)
             end = window.start + np.timedelta64(int(window.duration_s), "s")
             progress.update(task, completed=window.duration_s, clock=str(end))
 
@@ -205,6 +296,7 @@ def replay(
         "window_hours": window.duration_s / 3600,
         "nodes": len(window.node_names),
         "seed": seed if nodes is not None else None,
+        "nodes_file": str(nodes_file) if nodes_file is not None else None,
         "trace_events": len(window.event_time_s),
         "policy": policy,
         "backend": backend,
@@ -212,20 +304,68 @@ def replay(
         "max_active_jobs": max_active_jobs,
         "min_solve_interval_s": min_solve_interval,
         "time_limit_s": time_limit,
-        "early_finish": early_finish,
+        "weights": weights.model_dump(),
+        "objective": objective,
+        "rate_error": rate_error,
+        "rate_seed": rate_seed if rate_error else None,
+        "learn": learn,
+        "rigid_nodes": rigid_nodes,
+        "checkpoint_interval_s": checkpoint_interval_s,
     }
     full = report_module.build_report(settings, results)
     out.mkdir(parents=True, exist_ok=True)
     report_module.write_json(full, out / "report.json")
-    report_module.plot(results, window_start, out / "report.png")
+    title = (
+        f"{window_start:%Y-%m-%d %H:%M} + {window.duration_s / 3600:.4g} h, "
+        f"{len(window.node_names)} nodes; policy {policy}"
+        + (f" ({backend})" if policy == "milp" else "")
+        + f"; objective {objective}, fairness {fairness:g}, churn {churn:g}, "
+        f"priority exponent {priority_weight:g}, early finish {early_finish:g}, "
+        f"horizon {horizon}"
+        + (f", rate error {rate_error:g}" if rate_error else "")
+        + (", learning" if learn else "")
+    )
+    report_module.plot(results, window_start, out / "report.png", title)
     for name, figures in full["policies"].items():
         console.print(
-            f"{name:<12} efficiency {figures['efficiency'] or 0:.3f}  "
+            f"{name:<12} harvest {figures['harvest'] or 0:.3f}  "
+            f"efficiency {figures['efficiency'] or 0:.3f}  "
             f"utilization {figures['utilization'] or 0:.3f}  "
             f"goodput {figures['goodput_samples']:.4g} samples  "
-            f"jobs finished {figures['jobs_finished']}  solves {figures['solves']}  "
-            f"wall {figures['replay_wall_s']:.1f} s"
+            f"jobs finished {figures['jobs_finished']}  "
+            f"JCT mean {(figures['jct_mean_s'] or 0) / 3600:.2f} h  "
+            f"solves {figures['solves']}  wall {figures['replay_wall_s']:.1f} s"
         )
     for pair, ratios in full["ratios"].items():
-        console.print(f"{pair}: goodput x{ratios['goodput_samples'] or 0:.3f}")
+        console.print(
+            f"{pair}: goodput x{ratios['goodput_samples'] or 0:.3f}  "
+            f"harvest x{ratios['harvest'] or 0:.3f}  JCT mean x{ratios['jct_mean_s'] or 0:.3f}"
+        )
     console.print(f"wrote {out / 'report.json'} and {out / 'report.png'}")
+
+
+def read_nodes_file(path: Path, trace_nodes: list[str]):
+    """Ids (sorted, numpy int64) of the host names listed in ``path``, exiting 2 on a bad list.
+
+    One name a line; blank lines and text after ``#`` are ignored. An empty list, a name
+    listed twice or a name not in the trace is bad input (one line on stderr, exit 2).
+    """
+    import numpy as np
+
+    from interstice.errors import fail
+
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--nodes-file {path}: {exc}")
+    names = [line.split("#", 1)[0].strip() for line in lines]
+    names = [name for name in names if name]
+    if not names:
+        fail(f"--nodes-file {path}: no node names")
+    index = {name: i for i, name in enumerate(trace_nodes)}
+    for name in names:
+        if name not in index:
+            fail(f"--nodes-file {path}: node {name!r} is not in the trace")
+    if len(set(names)) != len(names):
+        fail(f"--nodes-file {path}: a node is listed twice")
+    return np.sort(np.array([index[name] for name in names], dtype=np.int64))

@@ -1,7 +1,8 @@
 """The jobs file of a replay: which elastic jobs arrive when, and how much they must train.
 
 Layout (``jobs-imagenet-1001.csv``, see ``shared/data/README.md``): columns ``job_id, model,
-submit_time, min_nodes, max_nodes, total_samples, rescale_up_s, rescale_down_s``. A replay
+submit_time, min_nodes, max_nodes, total_samples, rescale_up_s, rescale_down_s``, and an
+optional ``priority`` (> 0, default 1: the multiplier of the job's term in the objective). A replay
 keeps only the spacing of the submit times: they become offsets from the first job's, and the
 first job arrives at the replay window's start.
 """
@@ -42,6 +43,7 @@ class JobSpec:
         total_samples: samples of full-backprop progress to train before it is done, > 0.
         rescale_up_s: seconds without progress after it grows (or starts), >= 0.
         rescale_down_s: seconds without progress after it shrinks, >= 0.
+        priority: multiplier of its term in the objective, > 0 (column ``priority``, default 1).
     """
 
     job_id: str
@@ -52,6 +54,7 @@ class JobSpec:
     total_samples: float
     rescale_up_s: float
     rescale_down_s: float
+    priority: float = 1.0
 
 
 def load_jobs(path: Path, table: ScalabilityTable) -> list[JobSpec]:
@@ -66,9 +69,9 @@ def load_jobs(path: Path, table: ScalabilityTable) -> list[JobSpec]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: a missing column, a bad value, a duplicate job_id, a model not in the
-            table, or min_nodes above the table's largest count for the model (the message
-            names the line); or no rows.
+        ValueError: a missing column, a bad value (priority <= 0 included), a duplicate
+            job_id, a model not in the table, or min_nodes above the table's largest count
+            for the model (the message names the line); or no rows.
     """
     reader = csv.DictReader(io.StringIO(path.read_text()))
     missing = set(COLUMNS) - set(reader.fieldnames or ())
@@ -111,6 +114,7 @@ def _job_spec(row: dict[str, str], offset_s: float, table: ScalabilityTable, whe
             total_samples=float(row["total_samples"]),
             rescale_up_s=float(row["rescale_up_s"]),
             rescale_down_s=float(row["rescale_down_s"]),
+            priority=float(row.get("priority") or 1.0),
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None
@@ -123,6 +127,8 @@ def _job_spec(row: dict[str, str], offset_s: float, table: ScalabilityTable, whe
         )
     if not spec.total_samples > 0:
         raise ValueError(f"{where}: total_samples must be > 0")
+    if not spec.priority > 0 or spec.priority == float("inf"):
+        raise ValueError(f"{where}: priority must be a number > 0, got {row.get('priority')!r}")
     if not (spec.rescale_up_s >= 0 and spec.rescale_down_s >= 0):
         raise ValueError(f"{where}: rescale_up_s and rescale_down_s must be >= 0")
     return spec

@@ -2,8 +2,9 @@
 
 The figures are those of :mod:`interstice.replay.simulator`'s docstring: efficiency (goodput
 over dedicated samples, BFTrainer's headline metric, arXiv 2106.12091), utilization
-(allocated over idle node-seconds), samples, goodput, jobs finished, rescales, preemptions, and
-the solver's time per solve and statuses.
+(allocated over idle node-seconds), harvest (dedicated-node work over idle node-seconds),
+samples, goodput, job completion and wait times, rescales, preemptions, and the solver's time
+per solve and statuses.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from typing import Any
 import numpy as np
 from interstice.replay.simulator import ReplayResult
 
-RATIO_FIGURES = ("goodput_samples", "samples_trained", "efficiency", "utilization")
+RATIO_FIGURES = (
+    "goodput_samples",
+    "samples_trained",
+    "harvest",
+    "efficiency",
+    "utilization",
+    "jobs_finished",
+    "jct_mean_s",
+)
 
 
 def summarize(result: ReplayResult) -> dict[str, Any]:
@@ -28,9 +37,14 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     Returns:
         A JSON-ready mapping: ``efficiency`` and ``utilization`` (fractions),
         ``samples_trained``, ``goodput_samples``, ``dedicated_samples`` (samples),
-        ``goodput_samples_per_s``, node-seconds, job counts, ``last_finish_s`` (when the last
-        finished job finished) and ``mean_completion_s`` (finish minus arrival, over finished
-        jobs; seconds of simulated time), ``rescales``, ``preemptions``,
+        ``goodput_samples_per_s``, node-seconds, ``harvest`` (harvested over idle
+        node-seconds), ``idle_node_hours`` and ``harvested_node_hours``, job counts,
+        ``last_finish_s`` (when the last finished job finished), ``jct_mean_s``,
+        ``jct_p50_s``, ``jct_p95_s`` (job completion time: finish minus submission, over the
+        finished jobs),
+        ``wait_mean_s`` (submission to first node, over the jobs that got one),
+        ``lost_samples`` (progress thrown away by kills: the rigid baseline's),
+        ``rescales``, ``preemptions``,
         solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
         ``statuses`` and ``replay_wall_s``.
     """
@@ -38,6 +52,11 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     goodput = sum(rec.goodput for rec in jobs)
     finished = [rec for rec in jobs if rec.finished_s is not None]
     dedicated = sum(rec.dedicated_samples for rec in jobs)
+    harvested_node_s = sum(
+        rec.goodput / result.best_progress_per_node_s[rec.spec.model] for rec in jobs
+    )
+    jct_s = np.array([rec.finished_s - rec.arrival_s for rec in finished])
+    waits_s = [rec.first_node_s - rec.arrival_s for rec in jobs if rec.first_node_s is not None]
     return {
         "efficiency": goodput / dedicated if dedicated else None,
         "utilization": (
@@ -47,17 +66,20 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "goodput_samples": goodput,
         "dedicated_samples": dedicated,
         "goodput_samples_per_s": goodput / result.duration_s,
+        "harvest": harvested_node_s / result.idle_node_s if result.idle_node_s else None,
         "idle_node_s": result.idle_node_s,
         "allocated_node_s": result.allocated_node_s,
+        "idle_node_hours": result.idle_node_s / 3600,
+        "harvested_node_hours": harvested_node_s / 3600,
         "jobs_arrived": len(jobs),
         "jobs_admitted": sum(rec.admitted_s is not None for rec in jobs),
         "jobs_finished": len(finished),
         "last_finish_s": max((rec.finished_s for rec in finished), default=None),
-        "mean_completion_s": (
-            sum(rec.finished_s - rec.arrival_s for rec in finished) / len(finished)
-            if finished
-            else None
-        ),
+        "jct_mean_s": float(jct_s.mean()) if finished else None,
+        "jct_p50_s": float(np.percentile(jct_s, 50)) if finished else None,
+        "jct_p95_s": float(np.percentile(jct_s, 95)) if finished else None,
+        "wait_mean_s": sum(waits_s) / len(waits_s) if waits_s else None,
+        "lost_samples": sum(rec.lost_goodput for rec in jobs),
         "rescales": sum(rec.rescales for rec in jobs),
         "preemptions": sum(rec.preemptions for rec in jobs),
         "solves": result.solves,
@@ -115,13 +137,19 @@ def write_json(report: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def plot(results: list[ReplayResult], window_start: datetime, path: Path) -> None:
-    """Draw ``report.png``: idle and allocated nodes, cumulative goodput, per-job progress.
+def plot(results: list[ReplayResult], window_start: datetime, path: Path, title: str) -> None:
+    """Draw ``report.png``: nodes per model, cumulative goodput, per-job progress, JCT CDFs.
+
+    Panels: the chosen policy's allocated nodes stacked per model against the trace's idle
+    nodes (and every policy's total); each policy's cumulative goodput (10^9 samples of
+    full-backprop progress); the chosen policy's per-job progress; each policy's
+    distribution of job completion times (hours, finished jobs).
 
     Args:
         results: the chosen policy's replay first, then the baselines'.
         window_start: wall-clock time of simulated t = 0.
         path: the PNG to write.
+        title: the figure's title (window, nodes, policy, weights).
     """
     import matplotlib
 
@@ -131,35 +159,47 @@ def plot(results: list[ReplayResult], window_start: datetime, path: Path) -> Non
     def clock(times_s: list[float] | np.ndarray) -> list[datetime]:
         return [window_start + timedelta(seconds=float(t)) for t in times_s]
 
-    fig, (nodes_ax, goodput_ax, jobs_ax) = plt.subplots(
-        3, 1, figsize=(12, 11), sharex=True, gridspec_kw={"height_ratios": [3, 2, 3]}
-    )
+    fig = plt.figure(figsize=(12, 15))
+    grid = fig.add_gridspec(4, 1, height_ratios=[3, 2, 2.5, 2.5])
+    nodes_ax = fig.add_subplot(grid[0])
+    goodput_ax = fig.add_subplot(grid[1], sharex=nodes_ax)
+    jobs_ax = fig.add_subplot(grid[2], sharex=nodes_ax)
+    cdf_ax = fig.add_subplot(grid[3])
     main = results[0]
-    nodes_ax.fill_between(
-        clock(main.timeline_s), main.timeline_idle, step="post", color="0.85", label="idle nodes"
+    models = sorted(main.timeline_by_model)
+    colors = dict(zip(models, plt.cm.tab10.colors, strict=False))
+    times = clock(main.timeline_s)
+    nodes_ax.fill_between(times, main.timeline_idle, step="post", color="0.88", label="idle nodes")
+    nodes_ax.stackplot(
+        times,
+        *(main.timeline_by_model[model] for model in models),
+        step="post",
+        colors=[colors[model] for model in models],
+        labels=[f"{model} ({main.policy})" for model in models],
+        alpha=0.85,
     )
-    for result in results:
-        times = clock(result.timeline_s)
+    for result in results[1:]:
         nodes_ax.step(
-            times,
+            clock(result.timeline_s),
             result.timeline_allocated,
             where="post",
-            lw=0.8,
-            zorder=3 if result is main else 2,  # the chosen policy on top of the baselines
-            label=f"allocated ({result.policy})",
-        )
-        goodput_ax.plot(
-            times, np.asarray(result.timeline_goodput) / 1e9, lw=1.2, label=result.policy
+            lw=0.7,
+            label=f"allocated, all models ({result.policy})",
         )
     nodes_ax.set_ylabel("nodes")
-    nodes_ax.set_title("Idle nodes of the trace and nodes allocated to elastic jobs")
-    nodes_ax.legend(loc="upper right", fontsize=8)
+    nodes_ax.set_title(f"Idle nodes and allocated nodes per model ({main.policy}, stacked)")
+    nodes_ax.legend(loc="upper right", fontsize=7, ncol=2)
+    for result in results:
+        goodput_ax.plot(
+            clock(result.timeline_s),
+            np.asarray(result.timeline_goodput) / 1e9,
+            lw=1.2,
+            label=result.policy,
+        )
     goodput_ax.set_ylabel("goodput (10^9 samples)")
-    goodput_ax.set_title("Cumulative goodput")
+    goodput_ax.set_title("Cumulative goodput: samples of full-backprop progress kept")
     goodput_ax.legend(loc="upper left", fontsize=8)
 
-    models = sorted({rec.spec.model for rec in main.jobs})
-    colors = dict(zip(models, plt.cm.tab10.colors, strict=False))
     for rec in main.jobs:
         if len(rec.progress_points) < 2:
             continue
@@ -171,13 +211,24 @@ def plot(results: list[ReplayResult], window_start: datetime, path: Path) -> Non
             alpha=0.7,
             color=colors[rec.spec.model],
         )
-    for model in models:
-        jobs_ax.plot([], [], color=colors[model], label=model)
     jobs_ax.set_ylabel("fraction of total_samples")
     jobs_ax.set_ylim(0, 1.02)
-    jobs_ax.set_title(f"Per-job progress ({main.policy})")
-    jobs_ax.legend(loc="lower right", fontsize=8, ncol=4)
-    fig.autofmt_xdate()
+    jobs_ax.set_title(f"Per-job progress ({main.policy}; colours as above)")
+    plt.setp(nodes_ax.get_xticklabels() + goodput_ax.get_xticklabels(), visible=False)
+    for label in jobs_ax.get_xticklabels():
+        label.set_rotation(20)
+
+    for result in results:
+        jct_h = np.sort(
+            [(r.finished_s - r.arrival_s) / 3600 for r in result.jobs if r.finished_s is not None]
+        )
+        share = np.arange(1, len(jct_h) + 1) / max(len(result.jobs), 1)
+        cdf_ax.step(jct_h, share, where="post", label=f"{result.policy} ({len(jct_h)} finished)")
+    cdf_ax.set_xlabel("job completion time, submission to finish (hours)")
+    cdf_ax.set_ylabel("share of arrived jobs")
+    cdf_ax.set_title("Job completion time CDF (unfinished jobs never reach the curve)")
+    cdf_ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -6,9 +6,11 @@ Simulated time starts at the window's start (t = 0 s) and jumps from event to ev
   holds it is *reclaimed*: it leaves the job at once (a *preemption* of that job), the job is
   charged ``rescale_down_s`` without progress, and a job left below ``min_nodes`` stops (it
   holds no node and stays admitted).
-- a *job arrival*: its submit offset from the jobs file's first job. Jobs are admitted first
-  come first served, at most ``max_active_jobs`` at once; an admitted job holding no node
-  still takes its place (the rule of BFTrainer's replay, arXiv 2106.12091).
+- a *job arrival*: its submit offset from the jobs file's first job. Queued jobs are admitted
+  first come first served by capacity (:func:`interstice.optimizer.admission.admit`, the
+  service's rule): while the admitted jobs' usable nodes (``max_nodes``) sum below the idle
+  nodes, with ``max_active_jobs`` as an optional cap. An admitted job holding no node stays
+  admitted; admission is re-checked after every step (the idle pool grows too).
 - a *completion*: the exact time a job's progress reaches its ``total_samples``; it releases
   its nodes and leaves.
 - a *deferred solve*, when ``min_solve_interval_s`` > 0 (below).
@@ -26,11 +28,24 @@ depth change costs ``rescale_down_s``, during which it makes no progress; a chan
 such a pause restarts it (the pause ends at ``max(previous end, now + cost)``). Its nodes count
 as allocated throughout.
 
-Accounting, per policy: *dedicated samples* are what the same node counts over the same
-seconds give on dedicated nodes at depth 0 with no rescale or preemption loss,
-``sum r(n, 0) * dt`` over the time a job holds n > 0 nodes; *efficiency* is goodput divided by
-it (BFTrainer's headline metric, arXiv 2106.12091); *utilization* is allocated
-node-seconds over idle node-seconds.
+What the optimizer believes may differ from the truth: the simulator always trains at the
+*true* table's rates, while each solve's :class:`~interstice.optimizer.Problem` carries a
+*believed* table (``believed``: e.g. the true one with every rate multiplied by a seeded
+random factor, :func:`interstice.replay.rates.perturb`). With ``learn``, every job that ran
+at (n, d) for a positive time reports its true samples/s there
+(:class:`interstice.optimizer.learning.RateObservation`) and from the next solve on the
+optimizer gets ``Job.rates = fit_curve(believed rows of its model, its observations,
+max_nodes)`` (:class:`interstice.replay.rates.Learner`).
+
+Accounting, per policy: *dedicated samples* are the progress the same node counts over the
+same seconds give on dedicated nodes with no rescale or preemption loss, at the best depth:
+``sum max_d r(n, d) * progress_per_sample(d) * dt`` over the time a job holds n > 0 nodes;
+*efficiency* is goodput divided by it (BFTrainer's headline metric, arXiv 2106.12091), <= 1 by
+construction whatever the table's SPB rows say. *Utilization* is allocated node-seconds over
+idle node-seconds. *Harvested node-seconds* are each job's goodput divided by its model's
+best per-node rate of progress (``max over n >= 1, d of r(n, d) * progress_per_sample(d) /
+n``), i.e. the dedicated-node work done; *harvest* is their sum over idle node-seconds,
+comparable across models and <= utilization.
 
 Trace rows that restate a node's current state change nothing and are no event. Skipped
 solves (each provably returns the allocation in force, so skipping changes nothing):
@@ -55,8 +70,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights
+from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights, admission
 from interstice.replay.jobs import JobSpec
+from interstice.replay.rates import Learner
 from interstice.replay.trace import TraceWindow
 
 Policy = Callable[[Problem], Allocation]
@@ -72,14 +88,17 @@ class ReplayOptions:
     """How a replay runs (the policy and horizon aside).
 
     Attributes:
-        max_active_jobs: most jobs admitted at once, >= 1 (BFTrainer uses 10).
+        max_active_jobs: most jobs admitted at once, >= 1, or ``None``: no cap beyond the
+            capacity rule (BFTrainer's replay uses 10).
+        learn: fit each job's curve from its observed rates (module docstring).
         min_solve_interval_s: least simulated seconds between two solves, >= 0.
         time_limit_s: the solver's wall-clock limit per solve, seconds.
         weights: the objective weights.
         skip_equivalent: skip the solves that provably change nothing (module docstring).
     """
 
-    max_active_jobs: int = 10
+    max_active_jobs: int | None = None
+    learn: bool = False
     min_solve_interval_s: float = 0.0
     time_limit_s: float = 10.0
     weights: Weights = Weights()
@@ -103,6 +122,8 @@ class JobRecord:
         dedicated_samples: samples its node counts would have given on dedicated nodes.
         rescales: changes of its count or depth (policy's and reclaims').
         preemptions: events at which it lost a reclaimed node.
+        first_node_s: when it first held a node, or ``None``.
+        lost_goodput: progress thrown away (a rigid job's work since its last checkpoint).
         progress_points: ``(t_s, goodput)`` at every change of its rate; progress is linear
             between them but for rescale pauses.
     """
@@ -119,6 +140,8 @@ class JobRecord:
     dedicated_samples: float = 0.0
     rescales: int = 0
     preemptions: int = 0
+    first_node_s: float | None = None
+    lost_goodput: float = 0.0
     progress_points: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -136,6 +159,9 @@ class ReplayResult:
         timeline_idle: idle nodes from each time on, shape (T,).
         timeline_allocated: allocated nodes from each time on, shape (T,).
         timeline_goodput: cumulative goodput of all jobs at each time, samples, shape (T,).
+        timeline_by_model: allocated nodes per model from each time on, each shape (T,).
+        best_progress_per_node_s: per model, the best per-node rate of progress, samples/s
+            (module docstring; the unit of harvested node-seconds).
         solve_times_s: the policy's own ``solve_time_s`` per solve, seconds.
         solve_wall_s: wall seconds per solve, building the Problem and applying the answer
             included.
@@ -155,6 +181,8 @@ class ReplayResult:
     timeline_idle: list[int] = field(default_factory=list)
     timeline_allocated: list[int] = field(default_factory=list)
     timeline_goodput: list[float] = field(default_factory=list)
+    timeline_by_model: dict[str, list[int]] = field(default_factory=dict)
+    best_progress_per_node_s: dict[str, float] = field(default_factory=dict)
     solve_times_s: list[float] = field(default_factory=list)
     solve_wall_s: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
@@ -164,8 +192,9 @@ class ReplayResult:
     wall_s: float = 0.0
 
 
-class _Replay:
-    """The mutable state of one replay; :func:`replay` drives it."""
+class Replay:
+    """The mutable state of one replay; :func:`replay` drives it (subclassed by
+    :class:`interstice.replay.rigid.RigidReplay`)."""
 
     def __init__(
         self,
@@ -176,8 +205,11 @@ class _Replay:
         horizon: Horizon,
         options: ReplayOptions,
         name: str,
+        believed: ScalabilityTable | None = None,
     ) -> None:
         self.window, self.table, self.policy = window, table, policy
+        self.believed = table if believed is None else believed
+        self.learner = Learner(self.believed) if options.learn else None
         self.horizon, self.options = horizon, options
         self.names = window.node_names.tolist()
         self.node_id = {node: i for i, node in enumerate(self.names)}
@@ -192,6 +224,21 @@ class _Replay:
             if spec.submit_offset_s < window.duration_s
         ]
         self.result = ReplayResult(policy=name, duration_s=window.duration_s, jobs=records)
+        models = sorted(table.models)
+        self.result.timeline_by_model = {model: [] for model in models}
+        self.best_progress = {
+            (model, n): max(
+                table.samples_per_s(model, n, d) * table.progress_per_sample(model, d)
+                for d in table.depths(model)
+                if n <= table.max_nodes(model, d)
+            )
+            for model in models
+            for n in range(1, max(table.max_nodes(model, d) for d in table.depths(model)) + 1)
+        }
+        self.result.best_progress_per_node_s = {
+            model: max(rate / n for (m, n), rate in self.best_progress.items() if m == model)
+            for model in models
+        }
         self.arrivals = deque(range(len(records)))
         self.queue: deque[int] = deque()
         self.active: list[int] = []
@@ -247,6 +294,8 @@ class _Replay:
                     rec.spec.total_samples, rec.goodput + self.progress_rate[j] * run_s
                 )
             rec.samples += self.rate[j] * run_s
+            if self.learner is not None and run_s > 0:
+                self.learner.observe(j, len(rec.nodes), rec.spb_depth, self.rate[j])
 
     # -- changes to a job -------------------------------------------------------------------
 
@@ -271,10 +320,12 @@ class _Replay:
                 self.holder[node] = -1
         for node in nodes - rec.nodes:
             self.holder[node] = j
+        if nodes and rec.first_node_s is None:
+            rec.first_node_s = now_s
         rec.nodes, rec.spb_depth = nodes, spb_depth
         model = rec.spec.model
         self.rate[j] = self.table.samples_per_s(model, new_count, spb_depth) if nodes else 0.0
-        self.dedicated_rate[j] = self.table.samples_per_s(model, new_count, 0) if nodes else 0.0
+        self.dedicated_rate[j] = self.best_progress[(model, new_count)] if nodes else 0.0
         self.progress_rate[j] = self.rate[j] * self.table.progress_per_sample(model, spb_depth)
         self.jobs_changed = True
 
@@ -305,9 +356,19 @@ class _Replay:
         self.jobs_changed = True
 
     def admit(self, now_s: float) -> None:
-        while self.arrivals and self.result.jobs[self.arrivals[0]].arrival_s <= now_s:
+        """Queue the arrivals up to ``now_s``; admit by capacity (module docstring)."""
+        jobs = self.result.jobs
+        while self.arrivals and jobs[self.arrivals[0]].arrival_s <= now_s:
             self.queue.append(self.arrivals.popleft())
-        while self.queue and len(self.active) < self.options.max_active_jobs:
+        if not self.queue:
+            return
+        count = admission.admit(
+            [jobs[j].spec.max_nodes for j in self.queue],
+            [jobs[j].spec.max_nodes for j in self.active],
+            int(np.count_nonzero(self.idle)),
+            self.options.max_active_jobs,
+        )
+        for _ in range(count):
             j = self.queue.popleft()
             self.active.append(j)
             rec = self.result.jobs[j]
@@ -318,8 +379,12 @@ class _Replay:
     # -- solving --------------------------------------------------------------------------
 
     def saturated(self, horizon_s: float) -> bool:
-        """Skip rule (ii) of the module docstring."""
-        if self.options.weights.throughput <= 0:
+        """Skip rule (ii) of the module docstring (only where the policy sees the truth)."""
+        if (
+            self.options.weights.throughput <= 0
+            or self.believed is not self.table
+            or self.learner is not None
+        ):
             return False
         for j in self.active:
             rec = self.result.jobs[j]
@@ -345,7 +410,7 @@ class _Replay:
         problem = Problem(
             idle_nodes=tuple(self.names[i] for i in idle_ids),
             jobs=tuple(self.job_snapshot(j) for j in self.active),
-            scalability=self.table,
+            scalability=self.believed,
             weights=self.options.weights,
             horizon_s=horizon_s,
             time_limit_s=self.options.time_limit_s,
@@ -373,6 +438,8 @@ class _Replay:
             samples_remaining=max(0.0, spec.total_samples - rec.goodput),
             rescale_up_s=spec.rescale_up_s,
             rescale_down_s=spec.rescale_down_s,
+            priority=spec.priority,
+            rates=None if self.learner is None else self.learner.rates(j, spec),
         )
 
     def apply(self, allocation: Allocation, now_s: float) -> None:
@@ -400,6 +467,11 @@ class _Replay:
         result.timeline_s.append(now_s)
         result.timeline_idle.append(int(np.count_nonzero(self.idle)))
         result.timeline_allocated.append(int(np.count_nonzero(self.holder >= 0)))
+        by_model = dict.fromkeys(result.timeline_by_model, 0)
+        for j in self.active:
+            by_model[result.jobs[j].spec.model] += len(result.jobs[j].nodes)
+        for model, count in by_model.items():
+            result.timeline_by_model[model].append(count)
         active_goodput = sum(result.jobs[j].goodput for j in self.active)
         result.timeline_goodput.append(self.finished_goodput + active_goodput)
 
@@ -471,6 +543,7 @@ def replay(
     options: ReplayOptions = ReplayOptions(),
     name: str = "policy",
     on_progress: Callable[[float], None] | None = None,
+    believed: ScalabilityTable | None = None,
 ) -> ReplayResult:
     """Replay ``jobs`` on ``window`` under ``policy`` (module docstring for the model).
 
@@ -480,9 +553,11 @@ def replay(
         table: the scalability table (every job's model is in it).
         policy: allocates the idle nodes at each solve.
         horizon: the forecast horizon of each solve.
-        options: admission limit, minimum solve interval, solver limit, weights.
+        options: admission cap, learning, minimum solve interval, solver limit, weights.
         name: the policy's name in the result.
         on_progress: called with the simulated time after each step.
+        believed: the table the policy is told (default: ``table``); the jobs always train
+            at ``table``'s rates.
 
     Returns:
         The replay's totals, timeline and per-job records.
@@ -490,4 +565,4 @@ def replay(
     Raises:
         RuntimeError: the policy returned an allocation the simulator cannot carry out.
     """
-    return _Replay(window, jobs, table, policy, horizon, options, name).run(on_progress)
+    return Replay(window, jobs, table, policy, horizon, options, name, believed).run(on_progress)

@@ -22,8 +22,8 @@ def test_tiny_replay_writes_report_and_png(tiny_files: dict[str, Path], tmp_path
     )
     assert result.exit_code == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
-    assert list(report["policies"]) == ["milp", "greedy", "equal-share"]
-    assert set(report["ratios"]) == {"milp/greedy", "milp/equal-share"}
+    assert list(report["policies"]) == ["milp", "greedy", "equal-share", "rigid"]
+    assert set(report["ratios"]) == {"milp/greedy", "milp/equal-share", "milp/rigid"}
     milp = report["policies"]["milp"]
     # The trace holds 4 nodes for 300 s: idle n1..n3 0-60, n1..n4 60-100, n2..n4 100-300.
     assert milp["idle_node_s"] == pytest.approx(3 * 60 + 4 * 40 + 3 * 200)
@@ -51,8 +51,15 @@ def test_no_baselines_replays_one_policy(tiny_files: dict[str, Path], tmp_path: 
 
 
 def test_early_finish_weight_reaches_the_objective(tiny_files: dict[str, Path], tmp_path: Path):
-    # At H = 300 s job B (50,000 samples) can finish within the horizon, so term (g) changes
-    # the allocations: the bare cap (0) trained 85,500 samples, the default 0.9 87,500.
+    # A capped at 2 nodes leaves room for B (min 2, 30,000 samples) to be admitted at 30 s;
+    # at H = 300 s B can finish within the horizon, so term (g) changes the allocations:
+    # the bare cap (0) trained 62,000 samples, the default 0.9 71,000.
+    jobs = tiny_files["--jobs"]
+    jobs.write_text(
+        jobs.read_text()
+        .replace("A,m,2021-01-01T00:00:00,1,4,", "A,m,2021-01-01T00:00:00,1,2,")
+        .replace(",2,4,50000,", ",2,4,30000,")
+    )
     goodput = {}
     for beta in ("0", "0.9"):
         out = tmp_path / beta
@@ -60,7 +67,7 @@ def test_early_finish_weight_reaches_the_objective(tiny_files: dict[str, Path], 
         result = runner.invoke(app, ["replay", *args_of(tiny_files), *args])
         assert result.exit_code == 0, result.stderr
         report = json.loads((out / "report.json").read_text())
-        assert report["settings"]["early_finish"] == float(beta)
+        assert report["settings"]["weights"]["early_finish"] == float(beta)
         goodput[beta] = report["policies"]["milp"]["goodput_samples"]
     assert goodput["0"] < goodput["0.9"]
 

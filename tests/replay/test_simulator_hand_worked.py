@@ -50,13 +50,15 @@ def take_all(problem: Problem) -> Allocation:
     )
 
 
-def spec(job_id: str, total: float, min_nodes: int = 1, offset_s: float = 0.0) -> JobSpec:
+def spec(
+    job_id: str, total: float, min_nodes: int = 1, offset_s: float = 0.0, max_nodes: int = 4
+) -> JobSpec:
     return JobSpec(
         job_id=job_id,
         model="m",
         submit_offset_s=offset_s,
         min_nodes=min_nodes,
-        max_nodes=4,
+        max_nodes=max_nodes,
         total_samples=total,
         rescale_up_s=10.0,
         rescale_down_s=5.0,
@@ -107,7 +109,7 @@ def test_completion_is_an_event_at_its_exact_time(inputs):
     assert b.admitted_s == 30.0 and b.progress_points[1][0] == 30.0  # B starts at 30 s
     figures = summarize(result)
     assert (figures["jobs_finished"], figures["last_finish_s"]) == (1, 30.0)
-    assert figures["mean_completion_s"] == 30.0  # A arrived at 0 s
+    assert figures["jct_mean_s"] == 30.0  # A arrived at 0 s
 
 
 def test_falling_below_min_nodes_stops_the_job(inputs):
@@ -130,8 +132,20 @@ def test_min_solve_interval_defers_the_growth(inputs):
     assert result.deferred_solves == 2
 
 
-def test_admission_is_first_come_first_served_with_a_cap(inputs):
-    jobs = [spec(f"J{k}", 1e9, offset_s=k) for k in range(4)]
+def test_admission_by_capacity_first_come_first_served(inputs):
+    # One-node jobs J0..J3 arrive at 0..3 s; 3 nodes are idle until n4 comes at 60 s.
+    # A queued job is admitted while the admitted ones' max_nodes sum below the idle count:
+    # J0 (0 < 3), J1 (1 < 3), J2 (2 < 3) on arrival; J3 waits (3 >= 3) until 60 s (3 < 4).
+    jobs = [spec(f"J{k}", 1e9, offset_s=k, max_nodes=1) for k in range(4)]
+    result = run(inputs, jobs)
+    assert [j.admitted_s for j in result.jobs] == [0.0, 1.0, 2.0, 60.0]
+    # Four-node jobs: J0 alone can use every idle node, so the others wait in order.
+    result = run(inputs, [spec(f"J{k}", 1e9, offset_s=k) for k in range(4)])
+    assert [j.admitted_s for j in result.jobs] == [0.0, None, None, None]
+
+
+def test_max_active_jobs_caps_admission(inputs):
+    jobs = [spec(f"J{k}", 1e9, offset_s=k, max_nodes=1) for k in range(4)]
     result = run(inputs, jobs, max_active_jobs=2)
     assert [j.admitted_s for j in result.jobs] == [0.0, 1.0, None, None]
 
