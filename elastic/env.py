@@ -6,7 +6,8 @@ sets, initialises ``torch.distributed`` and returns a :class:`Context`. Without 
 (gloo on CPU, nccl on CUDA) over an in-process ``HashStore``, so a script's collectives
 (``all_reduce``, ``barrier``, DDP) work unchanged when started as plain ``python script.py``.
 
-The ``INTERSTICE_*`` variables are set by the agent for a job (see ``docs/agent-protocol.md``);
+The ``INTERSTICE_*`` variables (names in :mod:`interstice.wire`) are set by the agent for a
+job (see ``docs/agent-protocol.md``);
 under plain ``torchrun`` none need be set and scripts fall back to their flags.
 """
 
@@ -18,13 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-JOB_ID = "INTERSTICE_JOB_ID"
-JOB_DIR = "INTERSTICE_JOB_DIR"
-CHECKPOINT_DIR = "INTERSTICE_CHECKPOINT_DIR"
-RUN_DIR = "INTERSTICE_RUN_DIR"
-TOTAL_SAMPLES = "INTERSTICE_TOTAL_SAMPLES"
-GLOBAL_BATCH_SIZE = "INTERSTICE_GLOBAL_BATCH_SIZE"
-NODE = "INTERSTICE_NODE"
+from interstice import wire
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -134,12 +129,12 @@ def init(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Co
         nodes=int(os.environ.get("GROUP_WORLD_SIZE", "1")),
         device=device,
         rendezvous_id=os.environ.get("TORCHELASTIC_RUN_ID"),
-        job_id=os.environ.get(JOB_ID) or None,
-        job_dir=_path(JOB_DIR),
-        checkpoint_dir=_path(CHECKPOINT_DIR),
-        run_dir=_path(RUN_DIR),
-        total_samples=_int(TOTAL_SAMPLES),
-        global_batch_size=_int(GLOBAL_BATCH_SIZE),
+        job_id=os.environ.get(wire.ENV_JOB_ID) or None,
+        job_dir=_path(wire.ENV_JOB_DIR),
+        checkpoint_dir=_path(wire.ENV_CHECKPOINT_DIR),
+        run_dir=_path(wire.ENV_RUN_DIR),
+        total_samples=_int(wire.ENV_TOTAL_SAMPLES),
+        global_batch_size=_int(wire.ENV_GLOBAL_BATCH_SIZE),
     )
     return _current
 

@@ -5,10 +5,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from interstice.elastic import env
-from interstice.elastic.atomic import write_atomic
-from interstice.elastic.state import is_sharded, unwrap
+from interstice.elastic.state import is_sharded, unwrap, write_torch
 
-FINAL_MODEL = Path("final") / "model.pt"
+from interstice import wire
 
 
 def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
@@ -45,13 +44,12 @@ def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
         base = env.output_dir()
         if base is None:
             raise ValueError("save_final needs a path: there is no job dir nor checkpoint dir")
-        path = base / FINAL_MODEL
+        path = wire.final_dir(base) / wire.FINAL_MODEL_FILE
     path = Path(path)
     if is_sharded(model):
         raise NotImplementedError("save_final of a sharded model is not written yet")
     if ctx.rank == 0:
-        state = unwrap(model).state_dict()
-        write_atomic(path, lambda file: torch.save(state, file))
+        write_torch(path, unwrap(model).state_dict())
     if dist.is_initialized():
         dist.barrier()
     return path

@@ -24,17 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from interstice.elastic import env
-from interstice.elastic.atomic import write_atomic
+
+from interstice import wire
+from interstice.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 1.0
 STATES = ("running", "stopped", "finished")
-
-
-def progress_path(run_dir: Path, local_rank: int) -> Path:
-    """The progress file of ``local_rank`` in the node-local run dir."""
-    return run_dir / f"progress-{local_rank}.json"
 
 
 class _Reporter:
@@ -80,8 +77,8 @@ class _Reporter:
             "samples_per_s": samples_per_s,
         }
         if ctx.run_dir is not None:
-            path = progress_path(ctx.run_dir, ctx.local_rank)
-            _quietly(path, lambda: write_atomic(path, lambda f: f.write(_dumps(progress))))
+            path = wire.progress_path(ctx.run_dir, ctx.local_rank)
+            _quietly(path, lambda: _write_new(path, _dumps(progress)))
         metrics_dir = self.output_dir
         if ctx.rank == 0 and metrics_dir is not None:
             line = {
@@ -93,12 +90,17 @@ class _Reporter:
                 "world_size": ctx.world_size,
                 **record["metrics"],
             }
-            path = metrics_dir / "metrics.jsonl"
+            path = wire.metrics_path(metrics_dir)
             _quietly(path, lambda: _append(path, _dumps(line) + b"\n"))
 
 
 def _dumps(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, allow_nan=False).encode()
+
+
+def _write_new(path: Path, payload: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(path, payload)
 
 
 def _append(path: Path, line: bytes) -> None:

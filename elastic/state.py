@@ -13,7 +13,7 @@ step, and that one collective also yields the global mean loss. The sample budge
 on every rank at the same step by construction.
 """
 
-import logging
+import io
 import time
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from interstice.elastic import env
-from interstice.elastic.atomic import write_atomic
 from interstice.elastic.sampler import ElasticSampler
 from interstice.elastic.signals import StopSignals
 from torch.nn.parallel import DistributedDataParallel
 
-logger = logging.getLogger(__name__)
+from interstice import wire
+from interstice.files import write_atomic
 
 CHECKPOINT_FILE = "checkpoint.pt"
-STOP_FILE = "stop"
 CHECKPOINT_FORMAT = 1
 
 _OWN = (
@@ -48,6 +47,18 @@ _OWN = (
     "stop_reason",
     "extra",
 )
+
+
+def write_torch(path: Path, obj: Any) -> None:
+    """``torch.save`` ``obj`` to ``path`` atomically, creating its folder (mode 0700).
+
+    Raises:
+        OSError: the folder or the file cannot be written (``path`` is left untouched).
+    """
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(path, buffer.getvalue())
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -206,7 +217,7 @@ class State:
     def _wants_stop(self) -> str | None:
         if self._signals.received:
             return "signal"
-        if self.run_dir is not None and (self.run_dir / STOP_FILE).exists():
+        if self.run_dir is not None and wire.stop_path(self.run_dir).exists():
             return "stop file"
         return None
 
@@ -298,8 +309,7 @@ class State:
         if is_sharded(self.model):
             raise NotImplementedError("checkpoints of sharded models are not written yet")
         if dist.get_rank() == 0:
-            payload = self._payload()
-            write_atomic(self.checkpoint_path, lambda file: torch.save(payload, file))
+            write_torch(self.checkpoint_path, self._payload())
         dist.barrier()
         self._saved_at_step = self.steps
         self._saved_at_s = time.monotonic()
