@@ -6,44 +6,55 @@ its own; ``equal_share`` is the simple baseline the replay compares against.
 
 from __future__ import annotations
 
-import heapq
 import time
 
 import numpy as np
 from interstice.optimizer.formulation import Options, build_options
 from interstice.optimizer.objective import score_options
 from interstice.optimizer.placement import make_allocation
-from interstice.optimizer.problem import Allocation, Problem, SolveStatus
+from interstice.optimizer.problem import Allocation, Problem
 
 
-def _upper_hull(counts: list[int], values: list[float]) -> list[int]:
-    """Indices of the upper concave hull of points (counts[i], values[i]), counts ascending."""
-    hull: list[int] = []
-    for i in range(len(counts)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            # b lies on or below the chord a -> i: drop it.
-            cross = (values[b] - values[a]) * (counts[i] - counts[a]) - (values[i] - values[a]) * (
-                counts[b] - counts[a]
-            )
-            if cross > 0:
-                break
-            hull.pop()
-        hull.append(i)
-    return hull
+def upper_hulls(options: Options) -> np.ndarray:
+    """Which options lie on their job's upper concave hull of (count, value) points.
+
+    Vectorised over all jobs: every option strictly inside its job's list that lies on or
+    below the chord of its kept neighbours is dropped, all at once (such a point is on or
+    below a chord of two points of the set, so never a hull vertex), until none is left.
+    Each job's first and last options are always kept.
+
+    Returns:
+        Bool mask of shape (k,).
+    """
+    kept = np.ones(len(options.count), dtype=bool)
+    counts, values, job = options.count.astype(float), options.value, options.job
+    while True:
+        index = np.flatnonzero(kept)
+        if len(index) < 3:
+            return kept
+        x, y, j = counts[index], values[index], job[index]
+        # (y_i - y_prev) (x_next - x_prev) <= (y_next - y_prev) (x_i - x_prev): on or below.
+        inner = (j[1:-1] == j[:-2]) & (j[1:-1] == j[2:])
+        cross = (y[1:-1] - y[:-2]) * (x[2:] - x[:-2]) - (y[2:] - y[:-2]) * (x[1:-1] - x[:-2])
+        below = inner & (cross <= 0)
+        if not below.any():
+            return kept
+        kept[index[1:-1][below]] = False
 
 
-def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, bool]:
+def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, float | None]:
     """Greedy marginal gain over the options: the chosen option index per job.
 
-    Every job starts at its zero option. Repeatedly, the step with the largest gain per node
-    among all jobs is taken if it fits: a job's steps follow the upper concave hull of its
-    (count, value) options; a step that does not fit ends that job's growth. Then one pass in
-    job order moves each job to its best option that fits the nodes left.
+    Every job starts at its zero option. The steps along each job's upper concave hull of
+    (count, value) options (:func:`upper_hulls`) are taken in order of gain per node,
+    largest first (ties: job order, then hull order), while they fit; a step that does not
+    fit ends that job's growth. Then one pass in job order moves each job to its best option
+    that fits the nodes left.
 
     In slope order this is the greedy that solves the LP relaxation of the multiple-choice
     knapsack (Sinha & Zoltners 1979): the LP takes a fraction of the first step that does not
-    fit. So if no step was refused while nodes were left, the LP optimum is this integral
+    fit, and that step's gain per node is the LP's price of a node (the dual of capacity).
+    So if no step was refused while nodes were left, the LP optimum is this integral
     answer, which is then optimal for the MILP too.
 
     Args:
@@ -51,53 +62,59 @@ def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, bool]:
         capacity: number of idle nodes N.
 
     Returns:
-        Shape (jobs,) indices into ``options``, and whether the answer is proven optimal.
+        Shape (jobs,) indices into ``options``; and the LP's node price, value per node, or
+        ``None`` when the LP optimum is this integral answer (proven optimal).
     """
-    starts = options.start.tolist()
-    counts, values = options.count.tolist(), options.value.tolist()
-    hulls, heap = [], []
-    chosen = starts[:-1]
-    for j, (lo, hi) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
-        hull = [lo + i for i in _upper_hull(counts[lo:hi], values[lo:hi])]
-        hulls.append(hull)
-        if len(hull) > 1:
-            heapq.heappush(heap, (-_slope(hull[0], hull[1], counts, values), j, 1))
-    left = capacity
-    lp_split = False  # a step refused while nodes were left: the LP optimum is fractional
-    while heap:
-        _, j, k = heapq.heappop(heap)
-        need = counts[hulls[j][k]] - counts[chosen[j]]
-        if need > left:
-            lp_split = lp_split or left > 0
+    chosen = options.start[:-1].copy()
+    hull = np.flatnonzero(upper_hulls(options))
+    # A step goes from one hull option to the next of the same job.
+    step = options.job[hull[1:]] == options.job[hull[:-1]]
+    frm, to = hull[:-1][step], hull[1:][step]
+    need = options.count[to] - options.count[frm]
+    slope = (options.value[to] - options.value[frm]) / need
+    order = np.lexsort((to, -slope))  # slope descending; ties: job order, then hull order
+    # Every step before the first that does not fit is taken.
+    fits = np.cumsum(need[order]) <= capacity
+    taken = order[: int(np.argmin(fits)) if not fits.all() else len(order)]
+    np.maximum.at(chosen, options.job[to[taken]], to[taken])  # a job's last step taken
+    left = capacity - int(need[taken].sum())
+    price = None  # the LP's split step, refused while nodes were left
+    blocked: set[int] = set()
+    jobs, needs, slopes, tos = options.job, need.tolist(), slope.tolist(), to.tolist()
+    for s in order[len(taken) :].tolist():
+        if left == 0:
+            break
+        j = int(jobs[tos[s]])
+        if j in blocked:
             continue
-        left -= need
-        chosen[j] = hulls[j][k]
-        if k + 1 < len(hulls[j]):
-            slope = _slope(hulls[j][k], hulls[j][k + 1], counts, values)
-            heapq.heappush(heap, (-slope, j, k + 1))
+        if needs[s] > left:
+            price = slopes[s] if price is None else price
+            blocked.add(j)
+            continue
+        left -= needs[s]
+        chosen[j] = tos[s]
+    counts, values = options.count, options.value
+    starts = options.start.tolist()
     for j, (lo, hi) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+        if left == 0:
+            break
         room = left + counts[chosen[j]]
-        fits = [i for i in range(lo, hi) if counts[i] <= room]
-        best = max(fits, key=lambda i: values[i])
+        # Counts increase within a job: the options that fit are a prefix, the last is best.
+        best = lo + int(np.searchsorted(counts[lo:hi], room, side="right")) - 1
         if values[best] > values[chosen[j]]:
             left = room - counts[best]
             chosen[j] = best
-    return np.array(chosen, dtype=int), not lp_split
+    return chosen.astype(int), price
 
 
-def _slope(a: int, b: int, counts: list[int], values: list[float]) -> float:
-    return (values[b] - values[a]) / (counts[b] - counts[a])
-
-
-def greedy(problem: Problem, *, status: SolveStatus = "feasible") -> Allocation:
+def greedy(problem: Problem) -> Allocation:
     """Allocate by greedy marginal gain (see :func:`greedy_choice`), with no solver.
 
     Args:
         problem: the instance.
-        status: ``feasible`` as a policy; the MILP passes ``fallback`` when it had no answer.
 
     Returns:
-        The allocation, backend ``greedy``, termination ``greedy``.
+        The allocation, status ``feasible``, backend ``greedy``, termination ``greedy``.
     """
     started_s = time.perf_counter()
     options = build_options(problem)
@@ -106,7 +123,7 @@ def greedy(problem: Problem, *, status: SolveStatus = "feasible") -> Allocation:
         problem,
         options,
         chosen,
-        status=status,
+        status="feasible",
         backend="greedy",
         termination="greedy",
         started_s=started_s,

@@ -513,8 +513,10 @@ class Allocation(BaseModel):
     Attributes:
         status: ``optimal``, ``feasible`` or ``fallback`` (see :data:`SolveStatus`).
         objective: objective value of this allocation (what :meth:`Problem.evaluate` returns).
-        backend: ``cbc``, ``cpsat`` or the policy that produced it (``greedy``,
-            ``equal_share``; ``greedy`` with status ``fallback`` when a solver had no answer).
+        backend: the solver that ran (``cbc``, ``cpsat``), else what decided: ``greedy``
+            (the policy; the MILP's answer when the greedy proved it optimal, termination
+            ``lp-integral``; or its fallback, status ``fallback``), ``equal_share``, or
+            ``none`` (nothing to decide: termination ``trivial``).
         solve_time_s: wall-clock seconds, model building included.
         horizon_s: forecast horizon used, seconds.
         jobs: one entry per job of the problem, in the problem's order.

@@ -7,7 +7,7 @@ import time
 from typing import Literal
 
 import numpy as np
-from interstice.optimizer.formulation import Options, build_options
+from interstice.optimizer.formulation import Options, bound_reduction, build_options
 from interstice.optimizer.placement import make_allocation
 from interstice.optimizer.policies import greedy_choice
 from interstice.optimizer.problem import Allocation, Problem
@@ -39,9 +39,10 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     """Allocate the idle nodes by solving the formulation (:mod:`.formulation`).
 
     No solver runs when the answer is known: with no jobs or no idle nodes (status
-    ``optimal``, termination ``trivial``), or when the greedy marginal-gain allocation solves
-    the LP relaxation integrally (there are nodes for every job's hull steps, or they run
-    out exactly at a step: status ``optimal``, termination ``lp-integral``; see
+    ``optimal``, backend ``none``, termination ``trivial``), or when the greedy marginal-gain
+    allocation solves the LP relaxation integrally (there are nodes for every job's hull
+    steps, or they run out exactly at a step: status ``optimal``, backend ``greedy``,
+    termination ``lp-integral``; see
     :func:`interstice.optimizer.policies.greedy_choice`). When the time limit ends without a
     proof, the solver's best incumbent is returned (``feasible``); with no incumbent, the
     greedy allocation (``fallback``, backend ``greedy``). Never an empty answer.
@@ -68,24 +69,28 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             options,
             options.start[:-1],
             status="optimal",
-            backend=backend,
+            backend="none",
             termination="trivial",
             started_s=started_s,
         )
-    greedy_chosen, proven = greedy_choice(options, capacity)
-    if proven:  # the LP relaxation's optimum is integral: no solver needed
+    greedy_chosen, price = greedy_choice(options, capacity)
+    if price is None:  # the LP relaxation's optimum is integral: no solver needed
         return make_allocation(
             problem,
             options,
             greedy_chosen,
             status="optimal",
-            backend=backend,
+            backend="greedy",
             termination=LP_INTEGRAL,
             started_s=started_s,
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
     remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
-    answer = module.solve(options, capacity, remaining_s, greedy_chosen)
+    keep = bound_reduction(options, capacity, price, greedy_chosen)  # reduction (iii)
+    kept = np.flatnonzero(keep)
+    reduced = options.subset(keep)
+    hint = np.searchsorted(kept, greedy_chosen)
+    answer = module.solve(reduced, capacity, remaining_s, hint)
     if answer.values is None:
         return make_allocation(
             problem,
@@ -99,7 +104,7 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     return make_allocation(
         problem,
         options,
-        chosen_options(options, answer.values),
+        kept[chosen_options(reduced, answer.values)],
         status=answer.status,
         backend=backend,
         termination=answer.termination,

@@ -14,9 +14,17 @@ app = typer.Typer()
 app.command()(solve)
 runner = CliRunner()
 
+# 3 nodes, H = 60 s, 10 samples/s per node. a: 1 -> 600, 2 -> 1200 samples; b (exactly 2,
+# 6 s to start): 2 -> 20 x 54 = 1080. The greedy takes a's 2 nodes (600 per node before b's
+# 540) and cannot fit b: the LP is fractional, so the solver runs and finds a=1, b=2: 1680.
 PROBLEM = Problem(
     idle_nodes=("n1", "n2", "n3"),
-    jobs=(Job(job_id="a", model="m", min_nodes=1, max_nodes=2, samples_remaining=1e6),),
+    jobs=(
+        Job(job_id="a", model="m", min_nodes=1, max_nodes=2, samples_remaining=1e6),
+        Job(
+            job_id="b", model="m", min_nodes=2, max_nodes=2, samples_remaining=1e6, rescale_up_s=6.0
+        ),
+    ),
     scalability=ScalabilityTable(
         points=(ScalabilityPoint(model="m", nodes=2, samples_per_s=20.0),)
     ),
@@ -44,7 +52,9 @@ def test_valid_snapshot_prints_the_allocation(tmp_path: Path, backend: str) -> N
     answer = json.loads(result.stdout)
     assert answer["status"] == "optimal"
     assert answer["backend"] == backend
-    assert [(j["job_id"], j["node_names"]) for j in answer["jobs"]] == [("a", ["n1", "n2"])]
+    assert answer["objective"] == pytest.approx(1680.0)
+    names = [(j["job_id"], j["node_names"]) for j in answer["jobs"]]
+    assert names == [("a", ["n1"]), ("b", ["n2", "n3"])]
 
 
 @pytest.mark.parametrize(
