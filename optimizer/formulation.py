@@ -12,19 +12,24 @@ knapsack (Sinha & Zoltners, "The multiple-choice knapsack problem", Oper. Res. 2
 Data:
     N          number of idle nodes (``Problem.idle_nodes``), held ones included.
     j          a job, by its index in ``Problem.jobs``: min_nodes m_j; max count
-               M_j(d) = min(max_nodes, the table's largest measured count at depth d, N)
+               M_j(d) = min(max_nodes, its curve's largest count at depth d, N)
                (``Problem.max_count``: no extrapolation); held count h_j = len(nodes);
-               current depth e_j; allowed depths D_j (``Problem.depths_of``); priority q_j;
-               samples_remaining R_j (samples of full-backprop progress still to train).
-    r_j(n, d)  samples/s of j's model on n nodes at depth d, linear between measured counts
-               (BFTrainer's MILP interpolates the same way, with SOS2 weights).
+               current depth e_j; priority q_j; samples_remaining R_j (samples of
+               full-backprop progress still to train); allowed depths D_j
+               (``Problem.depths_of``): ``Job.spb_depths`` (a job whose workers accept only
+               depth 0, plain data parallel or SplitBrain, has D_j = {0}) or every depth of
+               its curve, less every depth > 0 with a derived (not measured) row.
+    r_j(n, d)  samples/s of j on n nodes at depth d, linear between the points of its curve:
+               ``Job.rates`` when set (its own curve, e.g. learned online,
+               :mod:`interstice.optimizer.learning`), else its model's table rows (BFTrainer's
+               MILP interpolates the same way, with SOS2 weights).
     p_j(d)     progress_per_sample at depth d (1 at depth 0).
     u_j        r_j(1, d0) * H, what one node earns j over the horizon, samples (d0: the
                model's smallest measured depth, normally 0): the unit of (d), (e), (f).
     H          forecast horizon, seconds (``horizon_s``: fixed, or the expected remaining
                idle time, :func:`interstice.optimizer.horizon.expected_remaining_idle_s`).
     w          ``Weights``: throughput w_t, fairness w_f, churn w_c, priority exponent w_p,
-               speedup flag, early-finish weight beta.
+               normalisation (speedup or node_seconds flag), early-finish weight beta.
     O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d).
 
 Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py``):
@@ -41,8 +46,12 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
     (e) churn: - w_c * u_j if the option is a rescale (n != h_j, or n > 0 and d != e_j;
         stopping a running job counts): w_c = 0.1 prices a rescale at a tenth of one node's
         work over the horizon, on top of the seconds lost in (b).
-    (f) speedup: if set, j's whole term is divided by r_j(1, d0), so goodput counts in
-        one-node equivalents (the "speedup" variant of BFTrainer's admin-defined metrics).
+    (f) normalisation s_j: j's whole term is divided by s_j = 1 (raw samples, the default
+        weights), r_j(1, d0) with ``Weights.speedup`` (goodput in one-node equivalents: the
+        "speedup" variant of BFTrainer's admin-defined metrics), or
+        rho_j = max_{n >= 1} r_j(n, d0) / n with ``Weights.node_seconds`` (goodput in
+        dedicated node-seconds: what the replay's ``harvest`` counts, so every model's node
+        time weighs alike and a slow model is not starved by a fast one).
     (g) early finish: + beta * max(0, r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)) - R_j),
         samples: what the option would train beyond R_j within the horizon, at weight
         beta = ``Weights.early_finish``, default 0.9, in [0, 1]. A job that finishes within the
@@ -62,8 +71,7 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         the 24 h replay (README): goodput in 1e10 samples at H = 60 / 300 s / auto, CP-SAT:
         beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
-    v_j(n, d) = q_j ** w_p / (r_j(1, d0) if speedup else 1)
-                * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
+    v_j(n, d) = q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
     The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1) give goodput plus (g),
     samples.
 

@@ -50,6 +50,15 @@ def one_node_rate(job: Job, table: ScalabilityTable) -> float:
     return max(table.samples_per_s(job.model, 1, depth), 1e-9)
 
 
+def best_per_node_rate(job: Job, table: ScalabilityTable) -> float:
+    """The best samples/s per node of the job's model at its smallest measured depth.
+
+    The unit of the ``node_seconds`` normalisation (eq. (f)); floored at 1e-9.
+    """
+    depth = table.depths(job.model)[0]
+    return max(table.best_per_node_samples_per_s(job.model, depth), 1e-9)
+
+
 def score_options(
     job: Job,
     counts: np.ndarray,
@@ -107,5 +116,7 @@ def score_options(
     scale = job.priority**weights.priority  # (c)
     if weights.speedup:
         scale /= one_node  # (f)
+    elif weights.node_seconds:
+        scale /= best_per_node_rate(job, table)  # (f)
     value = np.where(measured, scale * term, -np.inf)
     return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)

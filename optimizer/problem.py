@@ -176,6 +176,13 @@ class ScalabilityTable(BaseModel):
             )
         return np.interp(nodes, counts, rates)
 
+    def best_per_node_samples_per_s(self, model: str, spb_depth: int = 0) -> float:
+        """The largest samples/s per node of ``model`` at ``spb_depth`` over its measured
+        counts >= 1: what one node of a job of this model trains in a second at best."""
+        counts, rates, _ = self._curve(model, spb_depth)
+        used = counts > 0
+        return float(np.max(rates[used] / counts[used]))
+
     def progress_per_sample(self, model: str, spb_depth: int = 0) -> float:
         """Samples of full-backprop progress one sample at ``spb_depth`` is worth, in (0, 1]."""
         return self._curve(model, spb_depth)[2]
@@ -310,7 +317,8 @@ class Weights(BaseModel):
     """Admin-tunable weights of the objective. The defaults are plain throughput.
 
     Every term is in samples (eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`), with
-    u = the job's one-node samples/s x the horizon, what one node earns it over the horizon.
+    u = the job's one-node samples/s x the horizon, what one node earns it over the horizon;
+    ``node_seconds`` or ``speedup`` rescale each job's whole term (eq. (f)).
 
     Attributes:
         throughput: weight of goodput (samples over the forecast horizon) and of the
@@ -318,6 +326,11 @@ class Weights(BaseModel):
         speedup: divide each job's term by its one-node rate (the "speedup" variant of
             BFTrainer's admin-defined metrics, arXiv 2106.12091), so small and large models
             weigh alike.
+        node_seconds: divide each job's term by its model's best per-node samples/s
+            (:meth:`ScalabilityTable.best_per_node_samples_per_s`), so goodput counts in
+            dedicated node-seconds of work: the replay's ``harvest``, comparable across
+            models, so a slow model's node is worth as much as a fast one's. Not with
+            ``speedup``.
         fairness: weight of the concave share term u x log2(1 + nodes).
         priority: exponent on each job's ``priority`` multiplier (0 ignores priorities).
         churn: penalty per rescale (a start, stop, resize or depth change), in units of u:
@@ -332,10 +345,17 @@ class Weights(BaseModel):
 
     throughput: float = Field(default=1.0, ge=0)
     speedup: bool = False
+    node_seconds: bool = False
     fairness: float = Field(default=0.0, ge=0)
     priority: float = Field(default=1.0, ge=0)
     churn: float = Field(default=0.0, ge=0)
     early_finish: float = Field(default=0.9, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_normalisation(self) -> Weights:
+        if self.speedup and self.node_seconds:
+            raise ValueError("speedup and node_seconds exclude each other: choose one")
+        return self
 
 
 class Problem(BaseModel):
