@@ -30,6 +30,7 @@ from interstice.models.grad_sync import BucketedAllReduce
 from torch import nn
 
 MOMENTUM = 0.9
+IGNORE_INDEX = -100  # F.cross_entropy's default: a target that adds no loss
 
 
 class DataParallelTrainer:
@@ -86,21 +87,37 @@ class DataParallelTrainer:
     def _after_reduce(self) -> None:
         """Called once the reduced gradients are in ``.grad``, before the optimizer step."""
 
-    def step(self, inputs_BCHW: torch.Tensor, targets_B: torch.Tensor) -> float:
+    def step(
+        self,
+        inputs_BCHW: torch.Tensor,
+        targets_B: torch.Tensor,
+        global_batch_size: int | None = None,
+    ) -> float:
         """One optimizer step over the group; every rank calls it with its own batch.
 
         Args:
             inputs_BCHW: this rank's inputs.
-            targets_B: their class indices.
+            targets_B: their class indices; ``IGNORE_INDEX`` marks padding (no loss).
+            global_batch_size: G, the samples of all ranks in this step. None: every rank
+                has the same B and the gradient is the mean over ranks of each rank's mean
+                loss. Given: ranks may hold different B (a fixed global batch split over any
+                W, ``interstice.elastic.shares``) and each rank's loss *sum* is scaled by W/G,
+                so after the divide by W the gradient is the mean over the G samples.
 
         Returns:
-            This rank's mean cross-entropy loss, nats.
+            This rank's mean cross-entropy loss over its (non-padding) samples, nats.
         """
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         self._reducer.begin(self._divisors())
-        loss = F.cross_entropy(self._forward(inputs_BCHW), targets_B)
-        loss.backward()
+        logits = self._forward(inputs_BCHW)
+        if global_batch_size is None:
+            loss = F.cross_entropy(logits, targets_B)
+            loss.backward()
+        else:
+            loss_sum = F.cross_entropy(logits, targets_B, reduction="sum")
+            (loss_sum * (self.world_size / global_batch_size)).backward()
+            loss = loss_sum.detach() / (targets_B != IGNORE_INDEX).sum().clamp(min=1)
         self._reducer.finish()
         self._after_reduce()
         self.optimizer.step()

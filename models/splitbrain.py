@@ -36,7 +36,7 @@ Legend for tensor names: B batch, C channels, H height, W width, F features.
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from interstice.models.data_parallel import DataParallelTrainer
+from interstice.models.data_parallel import IGNORE_INDEX, DataParallelTrainer
 from torch import nn
 
 
@@ -191,8 +191,6 @@ def bytes_per_worker(blocks: nn.Sequential, world_size: int, hybrid: bool) -> in
 class SplitBrainTrainer(DataParallelTrainer):
     """SplitBrain over a process group; see the module docstring.
 
-    Every rank must pass the same batch size B to ``step``: the features are all-gathered.
-
     Args:
         blocks: the model on its device, holding rank 0's weights, with its classifier
             already sharded (``shard_classifier``): ``parallelize.build_trainer`` does both,
@@ -220,6 +218,27 @@ class SplitBrainTrainer(DataParallelTrainer):
     def _after_reduce(self) -> None:
         for p in self._local:
             p.grad.div_(self.world_size)
+
+    def step(
+        self,
+        inputs_BCHW: torch.Tensor,
+        targets_B: torch.Tensor,
+        global_batch_size: int | None = None,
+    ) -> float:
+        """One hybrid-parallel step (see ``DataParallelTrainer.step``).
+
+        The features are all-gathered, so every rank needs the same B. With
+        ``global_batch_size`` the ranks' shares differ by one sample at most: a short rank
+        pads with copies of its first sample whose target is ``IGNORE_INDEX`` (no loss, no
+        gradient; its BatchNorm statistics do see them).
+        """
+        if global_batch_size is not None:
+            rows = -(-global_batch_size // self.world_size)
+            pad = rows - len(targets_B)
+            if pad > 0:
+                inputs_BCHW = torch.cat([inputs_BCHW, inputs_BCHW[:1].expand(pad, -1, -1, -1)])
+                targets_B = torch.cat([targets_B, targets_B.new_full((pad,), IGNORE_INDEX)])
+        return super().step(inputs_BCHW, targets_B, global_batch_size)
 
     def _full_tensor(self, name: str, local: torch.Tensor) -> torch.Tensor:
         if name not in self._sharded:

@@ -85,3 +85,37 @@ def test_memory_per_worker_shrinks_by_the_sharded_layers() -> None:
     sharded = 25088 * 4096 + 4096 + 4096 * 4096
     assert dp == 12 * total
     assert hybrid == 12 * (total - sharded + sharded // 4)
+
+
+def _uneven_worker(rank: int, world_size: int) -> dict:
+    """Per parallelism, the largest gradient gap of one step over a global batch of 7 samples
+    split 4 + 3, against the unsharded model's gradient of the mean loss over the 7."""
+    x0, y0 = _batch(0, 0)  # rank 0: 4 samples
+    x1, y1 = (t[:3] for t in _batch(0, 1))  # rank 1: 3 samples
+    gaps = {}
+    for parallelism in ("dp", "splitbrain"):
+        torch.manual_seed(rank)
+        trainer = build_trainer("tinycnn", Layout(parallelism), image_size=SIDE)
+        reference = build_blocks("tinycnn")
+        reference.load_state_dict(trainer.state_dict()["model"])
+        # BatchNorm normalises each rank's batch alone, so the reference runs them apart; a
+        # SplitBrain rank short of the largest share pads with a copy of its first sample,
+        # which BatchNorm sees and the loss ignores.
+        padded = torch.cat([x1, x1[:1]]) if parallelism == "splitbrain" else x1
+        loss_sum = F.cross_entropy(reference(x0), y0, reduction="sum") + F.cross_entropy(
+            reference(padded)[:3], y1, reduction="sum"
+        )
+        (loss_sum / 7).backward()
+        trainer.step(*((x0, y0) if rank == 0 else (x1, y1)), global_batch_size=7)
+        expected = dict(reference.named_parameters())
+        gaps[parallelism] = max(
+            (trainer._full_tensor(n, p.grad) - expected[n].grad).abs().max().item()
+            for n, p in trainer.model.named_parameters()
+        )
+    return gaps
+
+
+def test_unequal_shares_of_a_global_batch_give_its_mean_gradient() -> None:
+    for rank, gaps in enumerate(run_group(_uneven_worker, 2, timeout_s=120)):
+        for parallelism, gap in gaps.items():
+            assert gap < 1e-5, f"rank {rank} {parallelism}: gradient off by {gap}"
