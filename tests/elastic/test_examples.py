@@ -1,0 +1,111 @@
+"""The examples under real ``torchrun`` (CPU, gloo): plain runs, and a job through rescales.
+
+Multi-process, a few tens of seconds each: marked slow.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from elastic_records import (
+    EXAMPLES,
+    coverage_problems,
+    read_records,
+    result_of,
+    torchrun,
+    worker_env,
+)
+
+pytestmark = pytest.mark.slow
+
+DIGITS_TRAIN_LEN = 1437  # 80 % of scikit-learn's 1,797 digits
+BATCH = 64
+STEPS_PER_RUN = 10  # at least this many steps before a run is stopped
+# Final parameters of the rescaled job vs the dedicated run: the same global batches, summed
+# in another order (gloo all-reduce of 2, 4, 3 partial gradients), through 450 Adam steps.
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def wait_until(condition, timeout_s: float, process: subprocess.Popen) -> None:
+    """Poll ``condition`` until true; fail if ``process`` ends first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"run ended early: {result_of(process)}"
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_plain_torchrun_trains_both_examples(tmp_path):
+    digits = result_of(torchrun(2, "train_digits.py", "--checkpoint-dir", str(tmp_path / "d")))
+    assert digits["state"] == "finished" and digits["world_sizes"] == [2]
+    assert digits["accuracy"] >= 0.95
+    charlm = result_of(
+        torchrun(
+            2, "train_charlm.py", "--checkpoint-dir", str(tmp_path / "c"), "--total-samples", "3200"
+        )  # fmt: skip
+    )
+    assert charlm["state"] == "finished" and charlm["steps"] == 100
+    assert charlm["perplexity"] < 20  # 103 characters: 103 before training
+    for folder in ("d", "c"):
+        for name in ("checkpoint.pt", "final/model.pt", "metrics.jsonl"):
+            assert (tmp_path / folder / name).is_file(), f"{folder}/{name}"
+
+
+def test_rescales_train_each_sample_once_and_follow_the_dedicated_trajectory(tmp_path):
+    total = 20 * DIGITS_TRAIN_LEN  # 20 epochs, 449 steps of 64
+    records, run_dir = tmp_path / "records", tmp_path / "run"
+    common = ["--global-batch-size", str(BATCH), "--total-samples", str(total),
+              "--seed", "5", "--deterministic"]  # fmt: skip
+    job = [*common, "--checkpoint-dir", str(tmp_path / "job"), "--record-samples", str(records)]
+    trained = 0
+
+    def stopped_run(nproc: int, stop) -> dict:
+        nonlocal trained
+        run = torchrun(
+            nproc, "train_digits.py", *job, env=worker_env(INTERSTICE_RUN_DIR=str(run_dir))
+        )
+        wait_until(lambda: len(read_records(records)) >= trained + STEPS_PER_RUN * BATCH, 180, run)
+        stop(run)
+        result = result_of(run)
+        assert result["state"] == "stopped", result
+        assert result["samples"] > trained and result["samples"] == len(read_records(records))
+        trained = result["samples"]
+        return result
+
+    run_dir.mkdir()
+    stopped_run(2, lambda run: run.send_signal(signal.SIGTERM))
+    assert stopped_run(4, lambda run: (run_dir / "stop").touch())["stop_reason"] == "stop file"
+    (run_dir / "stop").unlink()
+    assert stopped_run(3, lambda run: run.send_signal(signal.SIGTERM))["stop_reason"] == "signal"
+    last = result_of(torchrun(2, "train_digits.py", *job))
+    assert last["state"] == "finished" and last["world_sizes"] == [2, 4, 3, 2]
+
+    pairs = read_records(records)
+    assert len(pairs) == last["samples"] >= total
+    complete_epochs = last["samples"] // DIGITS_TRAIN_LEN
+    assert complete_epochs >= 2
+    assert coverage_problems(pairs, DIGITS_TRAIN_LEN, complete_epochs) == []
+
+    dedicated = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "train_digits.py"),
+            *common,
+            "--checkpoint-dir",
+            str(tmp_path / "dedicated"),
+        ],  # fmt: skip
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert '"world_sizes": [1]' in dedicated.stdout
+    rescaled = torch.load(tmp_path / "job" / "final" / "model.pt")
+    reference = torch.load(tmp_path / "dedicated" / "final" / "model.pt")
+    assert rescaled.keys() == reference.keys()
+    for name, tensor in reference.items():
+        torch.testing.assert_close(rescaled[name], tensor, **TOLERANCE, msg=name)
