@@ -25,8 +25,10 @@ DIGITS_TRAIN_LEN = 1437  # 80 % of scikit-learn's 1,797 digits
 BATCH = 64
 STEPS_PER_RUN = 10  # at least this many steps before a run is stopped
 # Final parameters of the rescaled job vs the dedicated run: the same global batches, summed
-# in another order (gloo all-reduce of 2, 4, 3 partial gradients), through 450 Adam steps.
-TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+# in another order (gloo all-reduce of 2, 4, 3 partial gradients), through 449 Adam steps.
+# Measured: at most 1.3e-5 apart (weights of magnitude <= 0.6); one step skipped, repeated
+# or reordered moves weights by about the learning rate, 3e-3.
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def wait_until(condition, timeout_s: float, process: subprocess.Popen) -> None:
