@@ -13,17 +13,21 @@ Two ways to drive 4 local nodes (``--stack``):
   The command's time is when the bench "sends" it. With ``--world-sizes 1,1`` this times a
   restart (new rendezvous, checkpoint, resume) of one node, e.g. on one GPU with nccl.
 
-The end is the latest ``step`` log line of the first step at the new world size, over every
-rank (one machine, one clock). Also printed: ``exit_s`` (old workers checkpointed and
-reported their end), ``resume_s`` (new workers rendezvoused and loaded the checkpoint).
-Before each timed rescale the bench waits (at most ``--settle-s``) until each node's spare
-launcher (torch imported ahead) is ready: on a loaded 2-core machine the imports take
-5-20 s, and a rescale that has to wait for them measures the import, not the rescale.
+The job runs the built-in worker (``tinycnn``), or with ``--script PATH`` a user's script as
+the job's ``command`` (e.g. ``examples/train_digits.py``; it must call ``elastic.report``
+every step). The end is the first step at the new world size: the first line of the job's
+``metrics.jsonl`` (rank 0's ``elastic.report``, whose first report in a process is written at
+once; rank 0 ends a step only after every rank's gradients were all-reduced) with the new
+world size, written after the command (launcher stack: after the old workers exited, so a
+restart at the same size is told apart). One machine, one clock. Before each timed rescale
+the bench waits (at most ``--settle-s``) until each node's spare launcher (torch imported
+ahead) is ready: on a loaded 2-core machine the imports take 5-20 s, and a rescale that has
+to wait for them measures the import, not the rescale.
 
 BFTrainer (Horovod on Summit) reports 18 s up and 12 s down; the goal here is <= 5 s.
 
 Usage: python bench/rescale.py [--stack service|launcher] [--repeats 2] [--settle-s 20]
-       [--world-sizes 2,4,3]     (JSON lines on stdout)
+       [--world-sizes 2,4,3] [--script examples/train_digits.py]     (JSON lines on stdout)
 """
 
 import argparse
@@ -41,31 +45,43 @@ from interstice.agents import launcher
 from interstice.agents.local_cluster import LocalCluster, free_ports
 from interstice.agents.protocol import parse_command
 
+from interstice import wire
+
 NODES = ["n0", "n1", "n2", "n3"]
 SCALABILITY_CSV = "model,nodes,samples_per_s\n" + "".join(
     f"tinycnn,{nodes},{100.0 * nodes}\n" for nodes in range(5)
 )
-JOB = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 4, "total_samples": 1e8, "batch_size": 8}
 
 
-def timings(
-    records: list[dict], commanded: float, world_size: int, rendezvous_id: str
-) -> dict | None:
-    """The rescale's timings from the step logs, or None before every new rank stepped."""
-    new = [r for r in records if r["rendezvous_id"] == rendezvous_id]
-    steps = [r for r in new if r["event"] == "step"]
-    if {r["rank"] for r in steps} != set(range(world_size)):
-        return None
-    first_step = min(r["step"] for r in steps)
-    exits = [r["time"] for r in records if r["event"] == "exit" and r["time"] >= commanded]
-    return {
-        "world_size": world_size,
-        "exit_s": round(max(exits) - commanded, 3) if exits else None,
-        "resume_s": round(max(r["time"] for r in new if r["event"] == "resume") - commanded, 3),
-        "first_step_s": round(
-            max(r["time"] for r in steps if r["step"] == first_step) - commanded, 3
-        ),
+def job_spec(script: Path | None) -> dict:
+    """The job: the built-in worker on tinycnn, or ``script`` as the job's command."""
+    job = {
+        "model": "tinycnn",  # the table's linear curve: the optimizer gives it every idle node
+        "min_nodes": 1,
+        "max_nodes": 4,
+        "total_samples": 10**8,
+        "global_batch_size": 32,
     }
+    if script is not None:
+        job["command"] = [str(script.resolve())]
+    return job
+
+
+def first_step_s(job_dir: Path, commanded: float, world_size: int, after: float) -> float | None:
+    """Seconds from ``commanded`` to the first step at ``world_size`` written after ``after``
+    (see the module docstring), or None before there is one."""
+    try:
+        text = wire.metrics_path(job_dir).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if record.get("world_size") == world_size and record["time"] >= after:
+            return round(record["time"] - commanded, 3)
+    return None
 
 
 def settle(ready, limit_s: float) -> None:
@@ -97,20 +113,19 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 f"the service planning world size {world_size}",
             )
             commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
-            result = cluster.wait_for(
-                lambda: timings(
-                    cluster.worker_records(job_id),
-                    commanded,
-                    world_size,
-                    f"{job_id}-g{job['generation']}",
-                ),
+            seconds = cluster.wait_for(
+                lambda: first_step_s(Path(job["job_dir"]), commanded, world_size, commanded),
                 90,
                 f"first step at world size {world_size}",
             )
-            return {"from_world_size": len(job["rescales"][-1]["from_nodes"]), **result}
+            return {
+                "from_world_size": len(job["rescales"][-1]["from_nodes"]),
+                "world_size": world_size,
+                "first_step_s": seconds,
+            }
 
         cluster.node_events("idle", NODES[:2])
-        job_id = cluster.request("user", "POST", "/v1/jobs", json=JOB)["job_id"]
+        job_id = cluster.request("user", "POST", "/v1/jobs", json=job_spec(args.script))["job_id"]
         emit("start", measure(2))
         for _ in range(args.repeats):
             settle(cluster.spares_ready, args.settle_s)
@@ -136,13 +151,17 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
     world_sizes = [int(size) for size in args.world_sizes.split(",")]
     nodes = NODES[: max(world_sizes)]
     launchers = {
-        node: launcher.Launcher(
-            root / node, node, "127.0.0.1", free_ports(2), 1, 60.0, ["--checkpoint-every", "20"]
-        )
+        node: launcher.Launcher(root / node, node, "127.0.0.1", free_ports(2), 1, 60.0, [])
         for node in nodes
     }
     running: dict[str, launcher.Generation] = {}
     job_id = "j-bench"
+    job_dir = wire.job_dir(root, job_id)
+    job = {
+        **job_spec(args.script),
+        "job_dir": str(job_dir),
+        "checkpoint_dir": str(wire.checkpoint_dir(job_dir)),
+    }
     try:
         for launcher_ in launchers.values():
             launcher_.warm()
@@ -152,6 +171,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
             members = nodes[:world_size]
             endpoint = f"127.0.0.1:{launchers[members[0]].ports[generation % 2]}"
             commanded = time.time()
+            ended: list[float] = [commanded]
 
             def act(
                 node: str,
@@ -159,11 +179,13 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 world_size: int = world_size,
                 members: list[str] = members,
                 endpoint: str = endpoint,
+                ended: list[float] = ended,
             ) -> None:
                 # One agent's part of a rescale: end the old generation, launch the new one.
                 old = running.pop(node, None)
                 if old is not None:
-                    launcher.end_generation(old, time.monotonic() + 30.0, 1)
+                    launcher.end_generation(old, time.monotonic() + 30.0)
+                    ended.append(time.time())
                 if node in members:
                     command = parse_command(
                         {
@@ -173,7 +195,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
                             "world_size": world_size,
                             "rendezvous_endpoint": endpoint,
                             "rendezvous_id": f"{job_id}-g{generation}",
-                            "job": {**JOB, "checkpoint_dir": str(root / "checkpoints")},
+                            "job": job,
                         }
                     )
                     running[node] = launchers[node].launch(command)
@@ -184,22 +206,15 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
             for thread in threads:
                 thread.join()
 
-            def records() -> list[dict]:
-                found = []
-                for node in nodes:
-                    for path in (root / node / job_id).glob("steps-*.jsonl"):
-                        found += [json.loads(line) for line in path.read_text().splitlines()]
-                return sorted(found, key=lambda record: record["time"])
-
             deadline = time.monotonic() + 120
-            rendezvous_id = f"{job_id}-g{generation}"
-            while (result := timings(records(), commanded, world_size, rendezvous_id)) is None:
+            while (seconds := first_step_s(job_dir, commanded, world_size, max(ended))) is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no step at world size {world_size} in 120 s")
                 time.sleep(0.05)
             kind = "start" if previous == 0 else "up" if world_size > previous else "down"
             if world_size == previous:
                 kind = "restart"
+            result = {"world_size": world_size, "first_step_s": seconds}
             emit(kind, {"from_world_size": previous, **result})
             previous = world_size
             for node in members:
@@ -221,12 +236,16 @@ def main() -> None:
     parser.add_argument(
         "--world-sizes", default="2,4,3,4,2", help="launcher stack: the sequence of world sizes"
     )
+    parser.add_argument(
+        "--script", type=Path, help="a user's script as the job's command (default: built-in)"
+    )
     parser.add_argument("--keep", type=Path, help="keep logs here (default: a temporary folder)")
     args = parser.parse_args()
     machine = f"{platform.machine()} {platform.node()}"
 
     def emit(kind: str, result: dict) -> None:
         line = {"bench": "rescale", "stack": args.stack, "kind": kind, "machine": machine}
+        line["job"] = str(args.script) if args.script else "built-in worker (tinycnn)"
         print(json.dumps({**line, **result}), flush=True)
 
     with tempfile.TemporaryDirectory(prefix="interstice-bench-") as tmp:
