@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -21,9 +22,26 @@ from interstice.api import state
 from interstice.api.schemas import ObjectivePublic
 from interstice.api.service import Service
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, parse_id
-from interstice.api.tables import AllocationRecord, IdleInterval, Job, Node, utcnow
-from interstice.optimizer import Allocation, Problem, Weights, pool_remaining_idle_s
+from interstice.api.tables import (
+    AllocationRecord,
+    IdleInterval,
+    Job,
+    JobRate,
+    Node,
+    Rescale,
+    utcnow,
+)
+from interstice.optimizer import (
+    Allocation,
+    Problem,
+    ScalabilityPoint,
+    ScalabilityTable,
+    Weights,
+    pool_remaining_idle_s,
+)
 from interstice.optimizer import Job as OptimizerJob
+from interstice.optimizer.admission import admit
+from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -34,6 +52,8 @@ Solver = Callable[[Problem, str], Allocation]
 
 IDLE_INTERVALS_KEPT = 10000
 """Most recent idle intervals the ``auto`` horizon estimates from."""
+RESCALE_COSTS_KEPT = 20
+"""Newest measured rescale costs per job and direction whose median the optimizer is told."""
 
 
 def optimizer_solver(problem: Problem, backend: str) -> Allocation:
@@ -66,47 +86,56 @@ def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> 
 
 def build_problem(service: Service) -> tuple[Problem, str] | None:
     """The optimizer's problem now, and the backend to solve it with; None when there is
-    nothing to decide (no table, no active job, or no allocatable node)."""
+    nothing to decide (no active job or no allocatable node).
+
+    Per job (:func:`optimizer_job`): its rates, learned from its reports over its model's
+    table rows (or the default curve), and its measured rescale costs. Admission
+    (:func:`interstice.optimizer.admission.admit`): every running job, then queued jobs in
+    submission order while the admitted ones cannot already use every allocatable node (at
+    most ``max_active_jobs`` in all, when set).
+    """
     with service.db.read() as session:
         table = service.scalability(session)
         pool = state.allocatable_nodes(session)
         jobs = list(
             session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
         )
-        if table is None or not jobs or not pool:
+        if not jobs or not pool:
             return None
         objective = service.objective(session)
         in_pool = set(pool)
         held = state.holdings(session)
-        problem_jobs = []
+        observations = _observations(session, [j.id for j in jobs])
+        costs = _rescale_costs(session, [j.id for j in jobs])
+        candidates = []
         for job in jobs:
-            if job.model not in table.models:
-                continue
-            depths = (0,) if job.parallelism == "dp" else table.depths(job.model)
-            largest = max(table.max_nodes(job.model, d) for d in depths)
-            if largest < job.min_nodes:
-                continue
-            problem_jobs.append(
-                OptimizerJob(
-                    job_id=job.job_id,
-                    model=job.model,
-                    min_nodes=job.min_nodes,
-                    max_nodes=min(job.max_nodes, largest),
-                    nodes=tuple(n for n in held.get(job.id, ()) if n in in_pool),
-                    spb_depth=job.spb_depth if job.spb_depth in depths else min(depths),
-                    spb_depths=depths,
-                    priority=job.priority,
-                    samples_remaining=max(0.0, job.total_samples - job.samples_done),
-                    rescale_up_s=job.rescale_up_s,
-                    rescale_down_s=job.rescale_down_s,
-                )
+            candidate = optimizer_job(
+                job,
+                table,
+                observations.get(job.id, []),
+                costs.get(job.id, ([], [])),
+                tuple(n for n in held.get(job.id, ()) if n in in_pool),
             )
+            if candidate is not None:
+                candidates.append((job.state == "running", candidate))
+        running = [c for is_running, c in candidates if is_running]
+        queued = [c for is_running, c in candidates if not is_running]
+        # usable nodes = max_nodes, already capped by the job's curve in optimizer_job
+        k = admit(
+            [c.max_nodes for c in queued],
+            [c.max_nodes for c in running],
+            len(pool),
+            service.settings.max_active_jobs,
+        )
+        problem_jobs = sorted(
+            running + queued[:k], key=lambda c: state.parse_id(c.job_id, "j") or 0
+        )
         if not problem_jobs:
             return None
         problem = Problem(
             idle_nodes=tuple(pool),
             jobs=tuple(problem_jobs),
-            scalability=table,
+            scalability=table or ScalabilityTable(points=default_curve(1)),
             weights=Weights(
                 throughput=objective.throughput,
                 speedup=objective.speedup,
@@ -119,6 +148,92 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             time_limit_s=objective.time_limit_s,
         )
         return problem, objective.backend
+
+
+def optimizer_job(
+    job: Job,
+    table: ScalabilityTable | None,
+    observations: list[RateObservation],
+    costs: tuple[list[float], list[float]],
+    nodes: tuple[str, ...],
+) -> OptimizerJob | None:
+    """What the optimizer is told of ``job``; None when it can never run (``min_nodes``
+    above every count its curve has).
+
+    Rates: with its model in ``table`` and no observation, the table's rows; otherwise
+    ``Job.rates = learning.fit_curve(prior, observations, max_nodes)`` with the model's rows
+    (or ``learning.default_curve``) as prior. Depths: an ``spb`` job any depth of its curve,
+    other parallelisms depth 0 only (their workers accept no other). Rescale costs: the
+    median of the newest measured ones per direction (``costs`` = (up, down) seconds), else
+    the job's declared ``rescale_up_s``/``rescale_down_s``.
+    """
+    in_table = table is not None and job.model in table.models
+    prior: tuple[ScalabilityPoint, ...] | None = None
+    if in_table:
+        assert table is not None
+        prior = tuple(p for p in table.points if p.model == job.model)
+    rates = None
+    if observations or not in_table:
+        rates = fit_curve(prior, observations, job.max_nodes)
+    curve = ScalabilityTable(points=rates) if rates is not None else table
+    assert curve is not None
+    name = job.model or job.job_id  # any name when the job has its own rates
+    curve_model = rates[0].model if rates is not None else name
+    depths = curve.depths(curve_model) if job.parallelism == "spb" else (0,)
+    if 0 not in curve.depths(curve_model) and job.parallelism != "spb":
+        return None
+    largest = max(curve.max_nodes(curve_model, d) for d in depths)
+    if largest < job.min_nodes:
+        return None
+    up, down = costs
+    return OptimizerJob(
+        job_id=job.job_id,
+        model=name,
+        min_nodes=job.min_nodes,
+        max_nodes=min(job.max_nodes, largest),
+        nodes=nodes,
+        spb_depth=job.spb_depth if job.spb_depth in depths else min(depths),
+        spb_depths=depths,
+        priority=job.priority,
+        samples_remaining=max(0.0, job.total_samples - job.samples_done),
+        rescale_up_s=statistics.median(up) if up else job.rescale_up_s,
+        rescale_down_s=statistics.median(down) if down else job.rescale_down_s,
+        rates=rates,
+    )
+
+
+def _observations(session: Session, job_ids: list[int]) -> dict[int, list[RateObservation]]:
+    """The learned rates of ``job_ids`` as observations weighted by their report counts."""
+    found: dict[int, list[RateObservation]] = {}
+    for rate in session.scalars(select(JobRate).where(JobRate.job_id.in_(job_ids))):
+        found.setdefault(rate.job_id, []).append(
+            RateObservation(
+                nodes=rate.nodes,
+                spb_depth=rate.spb_depth,
+                samples_per_s=rate.samples_per_s,
+                weight=rate.reports,
+            )
+        )
+    return found
+
+
+def _rescale_costs(
+    session: Session, job_ids: list[int]
+) -> dict[int, tuple[list[float], list[float]]]:
+    """Measured rescale costs of ``job_ids``, seconds: (growths and starts, other moves to a
+    non-empty node set), the newest :data:`RESCALE_COSTS_KEPT` of each."""
+    found: dict[int, tuple[list[float], list[float]]] = {}
+    rows = session.scalars(
+        select(Rescale)
+        .where(Rescale.job_id.in_(job_ids), Rescale.cost_s.is_not(None))
+        .order_by(Rescale.id.desc())
+    )
+    for r in rows:
+        up, down = found.setdefault(r.job_id, ([], []))
+        kept = up if len(r.to_nodes) > len(r.from_nodes) else down
+        if len(kept) < RESCALE_COSTS_KEPT:
+            kept.append(r.cost_s)  # type: ignore[arg-type]
+    return found
 
 
 def apply_allocation(service: Service, allocation: Allocation) -> Changes:

@@ -1,11 +1,15 @@
 """Builds the FastAPI app: routers, error mapping, metrics middleware, and the lifespan
 that waits for the database, upgrades it to the newest migration and runs the control loop."""
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from interstice.api import db as database
 from interstice.api.control import ControlLoop, Solver, optimizer_solver
@@ -57,6 +61,13 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
         app.include_router(module.router)
     app.add_middleware(RequestLatency, metrics=metrics)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer, except that a NaN or infinite input it echoes is written as
+        # a string: JSON has no such numbers, and encoding them would turn a 422 into a 500
+        errors = _finite(jsonable_encoder(exc.errors()))
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
@@ -66,3 +77,14 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
         return JSONResponse({"detail": str(exc)}, status_code=409)
 
     return app
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by its name (``"nan"``, ``"inf"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -5,17 +5,33 @@ Per resource: ``<X>Create`` / ``<X>Update`` (request bodies), ``<X>Public`` (one
 seconds (``*_s``).
 """
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-Role = Literal["scheduler", "agent", "user", "admin"]
+from interstice.wire import (
+    HEARTBEAT_ERROR_MAX_CHARS,
+    HEARTBEAT_METRICS_MAX,
+    CommandKind,
+    HeartbeatJobState,
+    JobState,
+    Parallelism,
+    TokenRole,
+)
+
+Role = TokenRole
 NodeState = Literal["idle", "busy"]
-JobState = Literal["queued", "running", "finished", "cancelled", "failed"]
 AgentState = Literal["alive", "lost", "left"]
-CommandKind = Literal["start", "rescale", "stop"]
-Parallelism = Literal["dp", "spb", "splitbrain"]
 Backend = Literal["cbc", "cpsat"]
 RescaleReason = Literal[
     "allocation", "reclaim", "agent_lost", "agent_left", "finished", "cancelled", "failed"
@@ -32,13 +48,28 @@ def _utc_in_range(at: datetime) -> datetime:
 UTCTime = Annotated[datetime, AfterValidator(_utc_in_range)]
 """A time in UTC (a time without offset is read as UTC), years 2000..2100."""
 
+
+def _not_a_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("Input should be a valid integer, not a boolean")
+    return value
+
+
+def integer(ge: int, le: int) -> Any:
+    """An integer in [ge, le]: ``true``/``false`` are refused (pydantic would read them as
+    1/0), and so is a number with a fractional part (``1.5``, ``5e-324``); ``1e6`` is read
+    as 1000000. (The bounds sit before the validator so that OpenAPI shows them.)"""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_not_a_boolean)]
+
+
 NAME = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")
 
 
 class Request(BaseModel):
-    """Request bodies refuse unknown fields, so a typo is a 422 naming it."""
+    """Request bodies refuse unknown fields, so a typo is a 422 naming it, and NaN or
+    infinite numbers (a 422 naming the field, never a 500)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ErrorDetail(BaseModel):
@@ -119,36 +150,109 @@ class NodesPublic(BaseModel):
 # --- jobs ------------------------------------------------------------------------------
 
 
+RESERVED_ENV = re.compile(
+    r"^(INTERSTICE_.*|TORCHELASTIC_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK"
+    r"|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT"
+    r"|TORCH_NCCL_ASYNC_ERROR_HANDLING)$"
+)
+"""Names a job's ``env`` may not set: the launcher's (torchrun's and interstice's)."""
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ARGV_MAX_ARGS = 1000
+ARGV_MAX_BYTES = 100_000
+"""Most arguments and most UTF-8 bytes of a ``command`` (all arguments, and each one): far
+below Linux's 2 MiB ``ARG_MAX`` and 128 KiB per string, so a valid argv always execs."""
+ENV_MAX_VARS = 200
+ENV_MAX_BYTES = 100_000
+"""Most variables and most UTF-8 bytes (names and values) of a job's ``env``."""
+
+
+def _no_nul(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise ValueError(f"{what} contains a NUL character, which no process can receive")
+
+
 class JobCreate(Request):
-    """An elastic training job.
+    """An elastic training job: the user's script (``command``) or a python module
+    (``entrypoint``; the built-in worker when neither is given), started on every node under
+    the torchrun environment plus interstice's (``INTERSTICE_JOB_DIR``, ...).
 
     Attributes:
-        model: a model of the scalability table.
+        model: a model of the scalability table, or any name (or none): a job whose model has
+            no row is scheduled from the default scaling curve until its own reported rates
+            replace it.
         min_nodes: fewest nodes it runs on.
         max_nodes: most nodes it uses.
-        total_samples: samples to train; the job finishes there.
+        total_samples: samples to train, an integer; the job finishes there.
         priority: multiplier of its term in the objective, > 0.
         parallelism: ``dp`` (data parallel, SPB depth 0 only), ``spb`` or ``splitbrain``.
-        batch_size: samples per worker per step.
-        rescale_up_s: progress lost when it grows or starts, seconds (Horovod, BFTrainer).
-        rescale_down_s: progress lost when it shrinks, seconds.
+        global_batch_size: samples per optimizer step of the whole job, whatever its size.
+        rescale_up_s: progress lost when it grows or starts, seconds (Horovod, BFTrainer);
+            used until rescales of the job itself have been measured.
+        rescale_down_s: progress lost when it shrinks, seconds; likewise.
         entrypoint: python module the agents run (``python -m``).
-        command: argv the agents run instead of ``entrypoint``.
+        command: argv the agents run instead of ``entrypoint`` (a first element ending in
+            ``.py`` runs under the agent's python); ``{job_id}``, ``{job_dir}``,
+            ``{checkpoint_dir}``, ``{total_samples}``, ``{global_batch_size}`` are replaced
+            in every argument. At most 1,000 arguments and 100,000 bytes.
+        workdir: directory the workers start in (on every node); None: the agent's choice.
+        env: environment variables added for the workers; the launcher's names
+            (``INTERSTICE_*``, ``TORCHELASTIC_*``, ``RANK``, ``WORLD_SIZE``, ...) are refused.
+        nproc_per_node: worker processes per node, or ``auto`` (one per visible GPU, 1 on CPU).
     """
 
-    model: str = Field(min_length=1, max_length=200)
-    min_nodes: int = Field(ge=1, le=100000)
-    max_nodes: int = Field(ge=1, le=100000)
-    total_samples: float = Field(gt=0, le=1e15)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    min_nodes: integer(1, 100000)
+    max_nodes: integer(1, 100000)
+    total_samples: integer(1, 10**15)
     priority: float = Field(default=1.0, gt=0, le=1e6)
     parallelism: Parallelism = "dp"
-    batch_size: int = Field(default=32, ge=1, le=1000000)
+    global_batch_size: integer(1, 10**7) = 256
     rescale_up_s: float = Field(default=18.0, ge=0, le=86400)
     rescale_down_s: float = Field(default=12.0, ge=0, le=86400)
     entrypoint: str | None = Field(
         default=None, min_length=1, max_length=500, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$"
     )
-    command: list[str] | None = Field(default=None, min_length=1, max_length=1000)
+    command: list[str] | None = Field(default=None, min_length=1, max_length=ARGV_MAX_ARGS)
+    workdir: str | None = Field(default=None, min_length=1, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=ENV_MAX_VARS)
+    nproc_per_node: integer(1, 1024) | Literal["auto"] = "auto"
+
+    @field_validator("command")
+    @classmethod
+    def _execable(cls, argv: list[str] | None) -> list[str] | None:
+        if argv is None:
+            return None
+        if not argv[0]:
+            raise ValueError("the program (first argument) is empty")
+        sizes = [len(argument.encode()) for argument in argv]
+        for index, (argument, size) in enumerate(zip(argv, sizes, strict=True)):
+            if size > ARGV_MAX_BYTES:
+                raise ValueError(f"argument {index} has {size} bytes (at most {ARGV_MAX_BYTES})")
+            _no_nul(argument, f"argument {index}")
+        if sum(sizes) > ARGV_MAX_BYTES:
+            raise ValueError(f"the arguments have {sum(sizes)} bytes (at most {ARGV_MAX_BYTES})")
+        return argv
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, workdir: str | None) -> str | None:
+        if workdir is not None:
+            _no_nul(workdir, "workdir")
+        return workdir
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if RESERVED_ENV.match(name):
+                raise ValueError(f"{name} is set by the launcher and may not be given")
+            _no_nul(value, f"the value of {name}")
+        size = sum(len(n.encode()) + len(v.encode()) for n, v in env.items())
+        if size > ENV_MAX_BYTES:
+            raise ValueError(f"names and values have {size} bytes (at most {ENV_MAX_BYTES})")
+        return env
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobCreate":
@@ -160,7 +264,12 @@ class JobCreate(Request):
 
 
 class RescalePublic(BaseModel):
-    """One change of a job's nodes or SPB depth."""
+    """One change of a job's nodes or SPB depth: the start of generation ``generation``.
+
+    Attributes:
+        cost_s: measured rescale cost, seconds: from the commands to the generation's first
+            report beyond its first step; None until measured (or when it ran on no node).
+    """
 
     at: datetime
     from_nodes: list[str]
@@ -168,6 +277,8 @@ class RescalePublic(BaseModel):
     from_spb_depth: int
     to_spb_depth: int
     reason: RescaleReason
+    generation: int | None
+    cost_s: float | None
 
 
 class CommandError(BaseModel):
@@ -181,29 +292,50 @@ class CommandError(BaseModel):
 
 
 class JobPublic(BaseModel):
-    """A job as its owner and admins see it."""
+    """A job as its owner and admins see it.
+
+    Attributes:
+        samples_done: samples trained (the largest count any node reported, at most
+            ``total_samples``).
+        last_loss: the loss of the newest report that advanced the step, or None.
+        world_size: worker processes of the current generation as its workers reported
+            (torch's ``WORLD_SIZE``); None until they report or when the job holds no node.
+        entrypoint: the module run, None when ``command`` is set.
+        job_dir: ``<checkpoint_root>/<job_id>`` on the shared filesystem (mode 0700):
+            checkpoints, final model, logs and metrics of the job.
+        checkpoint_dir: ``<job_dir>/checkpoints``.
+        error: why the job failed (its workers' or a node's report), else None.
+        rescales: its generations, oldest first, with their measured costs.
+        errors: commands agents acknowledged with ``ok: false``.
+    """
 
     job_id: str
     state: JobState
-    model: str
+    model: str | None
     min_nodes: int
     max_nodes: int
-    total_samples: float
-    samples_done: float
+    total_samples: int
+    samples_done: int
+    last_loss: float | None
     priority: float
     parallelism: Parallelism
-    batch_size: int
+    global_batch_size: int
     rescale_up_s: float
     rescale_down_s: float
-    entrypoint: str
+    entrypoint: str | None
     command: list[str] | None
+    workdir: str | None
+    env: dict[str, str]
+    nproc_per_node: int | Literal["auto"]
+    job_dir: str
     checkpoint_dir: str
     nodes: list[str]
-    world_size: int
+    world_size: int | None
     spb_depth: int
     generation: int
     submitted_at: datetime
     finished_at: datetime | None
+    error: str | None
     rescales: list[RescalePublic]
     errors: list[CommandError]
 
@@ -211,6 +343,53 @@ class JobPublic(BaseModel):
 class JobsPublic(BaseModel):
     data: list[JobPublic]
     count: int
+
+
+class JobMetricPublic(BaseModel):
+    """One report of a job's workers that advanced its step.
+
+    Attributes:
+        at: when the service received it.
+        step: optimizer steps done (cumulative over generations).
+        samples: samples trained (cumulative), or None when not reported.
+        loss: training loss, or None.
+        samples_per_s: the job's throughput then, samples/s, or None.
+        world_size: worker processes then, or None.
+        metrics: the script's own numbers (``elastic.report(**metrics)``).
+    """
+
+    at: datetime
+    step: int
+    samples: float | None
+    loss: float | None
+    samples_per_s: float | None
+    world_size: int | None
+    metrics: dict[str, float]
+
+
+class JobMetricsPublic(BaseModel):
+    """A job's reported series, oldest first (at most the newest 10,000 reports are kept)."""
+
+    data: list[JobMetricPublic]
+    count: int
+
+
+class JobLogPublic(BaseModel):
+    """A piece of one rank's log, all generations concatenated oldest first.
+
+    Attributes:
+        job_id: the job.
+        rank: global rank whose stdout+stderr this is.
+        text: the piece (UTF-8, undecodable bytes replaced).
+        offset: byte offset of ``text`` in the concatenated log.
+        next_offset: byte offset to ask for next (``?offset=``) to follow the log.
+    """
+
+    job_id: str
+    rank: int
+    text: str
+    offset: int
+    next_offset: int
 
 
 # --- agents and commands ---------------------------------------------------------------
@@ -262,13 +441,38 @@ class AgentsPublic(BaseModel):
 
 
 class Heartbeat(Request):
-    """What the node's workers report; every field may be null when nothing runs."""
+    """What the node's workers report; every field may be null when nothing runs.
+
+    Attributes:
+        job_id: the job the node runs.
+        world_size: its worker processes (torch's ``WORLD_SIZE``).
+        step: optimizer steps done, cumulative over generations.
+        samples_per_s: the job's throughput, samples/s.
+        samples_done: samples trained, cumulative (the job keeps the largest report).
+        rendezvous_id: the generation the report comes from (``<job_id>-g<N>``).
+        loss: training loss of the newest step.
+        spb_depth: SPB depth the workers run at.
+        metrics: the script's own numbers, at most 32.
+        job_state: ``finished`` (this generation's workers all exited 0 unasked: the job is
+            done) or ``failed`` (they exited non-zero or could not start: the job fails with
+            ``error``); ``running`` otherwise.
+        error: why it failed (at most 4,000 characters).
+    """
 
     job_id: str | None = Field(default=None, max_length=50)
-    world_size: int | None = Field(default=None, ge=0, le=1000000)
-    step: int | None = Field(default=None, ge=0)
+    world_size: integer(0, 1000000) | None = None
+    step: integer(0, 2**62) | None = None
     samples_per_s: float | None = Field(default=None, ge=0, le=1e12)
     samples_done: float | None = Field(default=None, ge=0, le=1e15)
+    rendezvous_id: str | None = Field(default=None, max_length=100)
+    loss: float | None = Field(default=None, ge=-1e30, le=1e30)
+    spb_depth: integer(0, 1000) | None = None
+    metrics: dict[
+        Annotated[str, Field(min_length=1, max_length=100)],
+        Annotated[float, Field(ge=-1e30, le=1e30)],
+    ] = Field(default_factory=dict, max_length=HEARTBEAT_METRICS_MAX)
+    job_state: HeartbeatJobState | None = None
+    error: str | None = Field(default=None, max_length=HEARTBEAT_ERROR_MAX_CHARS)
 
 
 class HeartbeatAnswer(BaseModel):
@@ -277,16 +481,21 @@ class HeartbeatAnswer(BaseModel):
 
 
 class CommandJob(BaseModel):
-    """What an agent needs to run the job."""
+    """What an agent needs to run the job (the fields of :class:`JobCreate`, plus its
+    directories). ``entrypoint`` is None when ``command`` is set."""
 
-    model: str
+    model: str | None
     parallelism: Parallelism
-    batch_size: int
-    total_samples: float
+    global_batch_size: int
+    total_samples: int
     min_nodes: int
     max_nodes: int
-    entrypoint: str
+    entrypoint: str | None
     command: list[str] | None
+    workdir: str | None
+    env: dict[str, str]
+    nproc_per_node: int | Literal["auto"]
+    job_dir: str
     checkpoint_dir: str
 
 
@@ -311,10 +520,20 @@ class CommandsPublic(BaseModel):
 
 
 class CommandAck(Request):
-    """An agent's acknowledgement; ``ok: false`` records ``error`` on the job."""
+    """An agent's acknowledgement; ``ok: false`` records ``error`` on the job.
+
+    Attributes:
+        ok: whether the command was carried out.
+        error: why not.
+        job_failed: with ``ok: false`` on a ``start``/``rescale``: the reason is the job's
+            own (bad command, missing script, workers crashed), so the job fails at once
+            with ``error``; otherwise (a node-side reason) failures are counted up to
+            ``max_command_failures``.
+    """
 
     ok: bool = True
     error: str | None = Field(default=None, max_length=10000)
+    job_failed: bool = False
 
 
 class CommandAckAnswer(BaseModel):
@@ -392,6 +611,41 @@ class AuditPublic(BaseModel):
 class AuditsPublic(BaseModel):
     data: list[AuditPublic]
     count: int
+
+
+class StatsPublic(BaseModel):
+    """What the service did with the idle nodes from ``since`` to ``until`` (issue 11's
+    measures, named as in the replay's ``report.json``).
+
+    Attributes:
+        since: start of the window (the first record when not asked for).
+        until: end of the window (now).
+        idle_node_hours: node-hours the scheduler reported nodes idle in the window.
+        harvested_node_hours: node-hours jobs held nodes in the window.
+        utilization: harvested / idle node-hours; None with no idle time.
+        harvest: Σ over jobs of samples trained in the window ÷ the job's best per-node
+            samples/s (its model's table rows, else its own measured rates), ÷ idle
+            node-seconds: the share of idle node time turned into dedicated-node work. Jobs
+            with neither a table row nor a measured rate are left out. None with no idle time.
+        jobs_finished: jobs that finished in the window.
+        jct_mean_s: mean job completion time (submission to finish) of those, seconds.
+        jct_p50_s: its median, seconds.
+        jct_p95_s: its 95th percentile (nearest rank), seconds.
+        wait_mean_s: mean time from submission to first node of the jobs that got their first
+            node in the window, seconds.
+    """
+
+    since: datetime | None
+    until: datetime
+    idle_node_hours: float
+    harvested_node_hours: float
+    utilization: float | None
+    harvest: float | None
+    jobs_finished: int
+    jct_mean_s: float | None
+    jct_p50_s: float | None
+    jct_p95_s: float | None
+    wait_mean_s: float | None
 
 
 class Health(BaseModel):

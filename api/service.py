@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 from interstice.api import schemas, state
 from interstice.api.db import Database
+from interstice.api.logs import read_rank_log
 from interstice.api.metrics import Metrics
 from interstice.api.notify import Notifier
 from interstice.api.settings import Settings
@@ -32,6 +33,7 @@ from interstice.api.tables import (
     Command,
     Config,
     Job,
+    JobMetric,
     Node,
     Rescale,
     Token,
@@ -41,9 +43,12 @@ from interstice.optimizer import ScalabilityTable
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from interstice.wire import DEFAULT_ENTRYPOINT, checkpoint_dir, job_dir
+
 log = logging.getLogger("interstice.api")
 
-DEFAULT_ENTRYPOINT = "interstice.agents.worker"
+LOG_READ_MAX_BYTES = 1 << 20
+"""Most bytes of a log one ``GET /v1/jobs/{id}/logs`` answers."""
 DEFAULT_OBJECTIVE: dict[str, Any] = {
     "throughput": 1.0,
     "speedup": False,
@@ -98,6 +103,9 @@ class Service:
         self._lost: set[int] = set()
         """Agents this process's sweeps marked lost: a heartbeat revives them in memory."""
         self._revived: set[int] = set()
+        self._seen: dict[str, tuple[str | None, int, float]] = {}
+        """Per job id: the rendezvous id of its newest recorded report, the largest step
+        recorded for it, the largest ``samples_done`` recorded (see :meth:`_news`)."""
         self._lease_lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -198,31 +206,34 @@ class Service:
         return None if row is None else _parse_table(row.value["csv"])
 
     def create_job(self, who: Principal, body: schemas.JobCreate) -> schemas.JobPublic:
-        """Admit a job (queued until the next solve gives it nodes).
+        """Admit a job (queued until the next solve gives it nodes) and create its directory
+        ``<checkpoint_root>/<job_id>`` (mode 0700) with ``checkpoints/`` inside.
+
+        A model of the scalability table is checked against it (only an ``spb`` job may run
+        at a depth > 0); any other model (or none) is accepted, at SPB depth 0, and scheduled
+        from the default scaling curve until the job's own reported rates replace it.
 
         Raises:
-            Conflict: no scalability table, the model is not in it, ``dp`` on a model without
-                depth 0, or ``min_nodes`` above the largest measured count.
+            Conflict: ``dp`` on a table model without depth 0, ``min_nodes`` above the
+                model's largest measured count, or the job directory cannot be created.
         """
         changes = Changes(stale=True)
         with self.db.write() as session:
             table = self.scalability(session)
-            if table is None:
-                raise Conflict("no scalability table is loaded; an admin must PUT /v1/scalability")
-            if body.model not in table.models:
-                raise Conflict(
-                    f"model {body.model!r} is not in the scalability table "
-                    f"(models: {', '.join(sorted(table.models))})"
-                )
-            depths = (0,) if body.parallelism == "dp" else table.depths(body.model)
-            if 0 not in table.depths(body.model) and body.parallelism == "dp":
-                raise Conflict(f"model {body.model!r} has no spb_depth 0 row; dp needs one")
-            largest = max(table.max_nodes(body.model, d) for d in depths)
-            if body.min_nodes > largest:
-                raise Conflict(
-                    f"min_nodes {body.min_nodes} is above the largest measured node count "
-                    f"{largest} of model {body.model!r}"
-                )
+            depths: tuple[int, ...] = (0,)
+            if table is not None and body.model in table.models:
+                if body.parallelism == "spb":
+                    depths = table.depths(body.model)
+                elif 0 not in table.depths(body.model):
+                    raise Conflict(
+                        f"model {body.model!r} has no spb_depth 0 row; {body.parallelism} needs one"
+                    )
+                largest = max(table.max_nodes(body.model, d) for d in depths)
+                if body.min_nodes > largest:
+                    raise Conflict(
+                        f"min_nodes {body.min_nodes} is above the largest measured node count "
+                        f"{largest} of model {body.model!r}"
+                    )
             job = Job(
                 owner_token_id=who.token_id,
                 state="queued",
@@ -233,19 +244,24 @@ class Service:
                 samples_done=0.0,
                 priority=body.priority,
                 parallelism=body.parallelism,
-                batch_size=body.batch_size,
+                global_batch_size=body.global_batch_size,
                 rescale_up_s=body.rescale_up_s,
                 rescale_down_s=body.rescale_down_s,
                 entrypoint=body.entrypoint,
                 command=body.command,
-                checkpoint_dir="",
+                workdir=body.workdir,
+                env=body.env,
+                nproc_per_node=str(body.nproc_per_node),
+                job_dir="",
                 spb_depth=min(depths),
                 generation=0,
                 failed_commands=0,
             )
             session.add(job)
             session.flush()
-            job.checkpoint_dir = str(self.settings.checkpoint_root.resolve() / job.job_id)
+            folder = job_dir(self.settings.checkpoint_root.resolve(), job.job_id)
+            _make_job_dir(folder)
+            job.job_dir = str(folder)
             public = _job_public(session, job)
         self.after_commit(changes)
         return public
@@ -295,6 +311,55 @@ class Service:
             public = _job_public(session, job)
         self.after_commit(changes)
         return public
+
+    def job_metrics(self, who: Principal, job_id: str, limit: int) -> schemas.JobMetricsPublic:
+        """The newest ``limit`` reports of the job's series, oldest first. Raises NotFound."""
+        with self.db.read() as session:
+            job = self._visible_job(session, who, job_id)
+            rows = list(
+                session.scalars(
+                    select(JobMetric)
+                    .where(JobMetric.job_id == job.id)
+                    .order_by(JobMetric.id.desc())
+                    .limit(limit)
+                )
+            )
+        data = [
+            schemas.JobMetricPublic(
+                at=r.at,
+                step=r.step,
+                samples=r.samples,
+                loss=r.loss,
+                samples_per_s=r.samples_per_s,
+                world_size=r.world_size,
+                metrics=r.metrics,
+            )
+            for r in reversed(rows)
+        ]
+        return schemas.JobMetricsPublic(data=data, count=len(data))
+
+    def job_log(
+        self, who: Principal, job_id: str, rank: int, tail: int, offset: int | None
+    ) -> schemas.JobLogPublic:
+        """Rank ``rank``'s log of every generation (see :func:`logs.read_rank_log`).
+
+        Raises:
+            NotFound: unknown or someone else's job, or no log of that rank yet.
+        """
+        with self.db.read() as session:
+            job = self._visible_job(session, who, job_id)
+            folder = job.job_dir
+        found = read_rank_log(folder, rank, tail=tail, offset=offset, max_bytes=LOG_READ_MAX_BYTES)
+        if found is None:
+            raise NotFound(f"job {job_id} has no log of rank {rank} yet")
+        data, start = found
+        return schemas.JobLogPublic(
+            job_id=job_id,
+            rank=rank,
+            text=data.decode(errors="replace"),
+            offset=start,
+            next_offset=start + len(data),
+        )
 
     # --- agents --------------------------------------------------------------------------
 
@@ -361,10 +426,11 @@ class Service:
     def renew_lease(self, agent_id: str, body: schemas.Heartbeat) -> bool:
         """The in-memory part of a heartbeat: renew the lease and keep the report of an alive
         agent, or of one a sweep of this process marked lost (its revival is written by the
-        next :meth:`sweep`, in bulk), that reports no progress. False when :meth:`heartbeat`
-        must run (unknown, left or otherwise lost agent, or ``samples_done`` to record)."""
+        next :meth:`sweep`, in bulk), that reports nothing new of its job. False when
+        :meth:`heartbeat` must run: unknown, left or otherwise lost agent, or a report with
+        something to record (see :meth:`_news`)."""
         number = parse_id(agent_id, "a")
-        if number is None or (body.job_id is not None and body.samples_done is not None):
+        if number is None or self._news(body):
             return False
         with self._lease_lock:
             if number in self._lost:
@@ -373,9 +439,24 @@ class Service:
             elif number not in self._leases:
                 return False
             self._leases[number] = time.monotonic()
-            self._reports[number] = body.model_dump()
+            self._reports[number] = body.model_dump(exclude_unset=True)
             self._renewed.add(number)
         return True
+
+    def _news(self, body: schemas.Heartbeat) -> bool:
+        """Whether a report says something of its job that this process has not recorded:
+        a ``job_state`` that ends it, more samples, or a step beyond the newest one recorded
+        for its generation (per job, in memory; a restart records the next report)."""
+        if body.job_id is None:
+            return False
+        if body.job_state in ("finished", "failed"):
+            return True
+        seen = self._seen.get(body.job_id)
+        if seen is None or seen[0] != body.rendezvous_id:
+            return body.step is not None or body.samples_done is not None
+        return (body.step is not None and body.step > seen[1]) or (
+            body.samples_done is not None and body.samples_done > seen[2]
+        )
 
     def touch_lease(self, agent_id: int) -> None:
         """Renew the lease of an alive agent that made a request (a long-poll) as a heartbeat
@@ -386,10 +467,11 @@ class Service:
                 self._renewed.add(agent_id)
 
     def heartbeat(self, agent_id: str, body: schemas.Heartbeat) -> schemas.HeartbeatAnswer:
-        """Renew the agent's lease, keep its report, record its job's progress.
+        """Renew the agent's lease, keep its report, record its job's progress
+        (:func:`state.record_report`).
 
-        A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only new
-        progress or the revival of an agent not lost by this process's sweeps writes to the
+        A heartbeat of a ``lost`` or ``left`` agent makes it ``alive`` again. Only news of
+        the job or the revival of an agent not lost by this process's sweeps writes to the
         database here; the lease and the other revivals live in memory (:meth:`renew_lease`)
         and are flushed by :meth:`sweep`.
         """
@@ -404,13 +486,21 @@ class Service:
                 node = session.get(Node, agent.node)
                 changes.stale = node is not None and node.state == "idle"
             agent.last_heartbeat_at = utcnow()
-            agent.report = body.model_dump()
-            if job_number is not None and body.samples_done is not None:
-                state.record_progress(session, job_number, body.samples_done, changes)
+            agent.report = body.model_dump(exclude_unset=True)
+            if job_number is not None:
+                state.record_report(session, job_number, agent.node, body, changes)
             number = agent.id
         with self._lease_lock:
             self._leases[number] = time.monotonic()
-            self._reports[number] = body.model_dump()
+            self._reports[number] = body.model_dump(exclude_unset=True)
+            if body.job_id is not None:
+                seen = self._seen.get(body.job_id)
+                same = seen is not None and seen[0] == body.rendezvous_id
+                self._seen[body.job_id] = (
+                    body.rendezvous_id,
+                    max(body.step or 0, seen[1] if seen and same else 0),
+                    max(body.samples_done or 0.0, seen[2] if seen else 0.0),
+                )
         self.after_commit(changes)
         return schemas.HeartbeatAnswer(agent_id=agent_id, state="alive")
 
@@ -515,6 +605,7 @@ class Service:
                 body.error,
                 self.settings.max_command_failures,
                 changes,
+                job_failed=body.job_failed,
             )
             answer = schemas.CommandAckAnswer(
                 command_id=command.id,
@@ -641,6 +732,37 @@ def _table_summary(value: dict[str, Any]) -> dict[str, Any]:
     return {"source": value["source"], "models": sorted(table.models), "rows": len(table.points)}
 
 
+def _make_job_dir(folder: Path) -> None:
+    """Create the job directory (mode 0700, whatever the umask) with ``checkpoints/``.
+
+    A folder already there (left by an earlier database that gave out the same id) is moved
+    aside to ``<folder>.old-<unix time>``, so the new job never resumes another's checkpoint.
+
+    Raises:
+        Conflict: the folder cannot be created (the message says why).
+    """
+    try:
+        if folder.exists():
+            aside = folder.with_name(f"{folder.name}.old-{time.time_ns()}")
+            log.warning("job directory %s exists; moved to %s", folder, aside)
+            folder.rename(aside)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+        folder.chmod(0o700)
+        checkpoint_dir(folder).mkdir(mode=0o700)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+        raise Conflict(f"cannot create the job directory {folder}: {exc.strerror}{where}") from None
+
+
+def _nproc(stored: str) -> int | str:
+    return stored if stored == "auto" else int(stored)
+
+
+def _entrypoint(job: Job) -> str | None:
+    return None if job.command is not None else job.entrypoint or DEFAULT_ENTRYPOINT
+
+
 def _job_public(session: Session, job: Job) -> schemas.JobPublic:
     nodes = state.held_nodes(session, job.id)
     rescales = session.scalars(select(Rescale).where(Rescale.job_id == job.id).order_by(Rescale.id))
@@ -657,21 +779,27 @@ def _job_public(session: Session, job: Job) -> schemas.JobPublic:
         min_nodes=job.min_nodes,
         max_nodes=job.max_nodes,
         total_samples=job.total_samples,
-        samples_done=job.samples_done,
+        samples_done=min(job.total_samples, int(job.samples_done)),
+        last_loss=job.last_loss,
         priority=job.priority,
         parallelism=job.parallelism,  # type: ignore[arg-type]
-        batch_size=job.batch_size,
+        global_batch_size=job.global_batch_size,
         rescale_up_s=job.rescale_up_s,
         rescale_down_s=job.rescale_down_s,
-        entrypoint=job.entrypoint or DEFAULT_ENTRYPOINT,
+        entrypoint=_entrypoint(job),
         command=job.command,
-        checkpoint_dir=job.checkpoint_dir,
+        workdir=job.workdir,
+        env=job.env,
+        nproc_per_node=_nproc(job.nproc_per_node),  # type: ignore[arg-type]
+        job_dir=job.job_dir,
+        checkpoint_dir=str(checkpoint_dir(job.job_dir)),
         nodes=nodes,
-        world_size=len(nodes),
+        world_size=job.world_size if nodes else None,
         spb_depth=job.spb_depth,
         generation=job.generation,
         submitted_at=job.submitted_at,
         finished_at=job.finished_at,
+        error=job.error,
         rescales=[
             schemas.RescalePublic(
                 at=r.at,
@@ -680,6 +808,8 @@ def _job_public(session: Session, job: Job) -> schemas.JobPublic:
                 from_spb_depth=r.from_spb_depth,
                 to_spb_depth=r.to_spb_depth,
                 reason=r.reason,  # type: ignore[arg-type]
+                generation=r.generation,
+                cost_s=r.cost_s,
             )
             for r in rescales
         ],
@@ -710,12 +840,16 @@ def _command_public(command: Command, job: Job) -> schemas.CommandPublic:
         job=schemas.CommandJob(
             model=job.model,
             parallelism=job.parallelism,  # type: ignore[arg-type]
-            batch_size=job.batch_size,
+            global_batch_size=job.global_batch_size,
             total_samples=job.total_samples,
             min_nodes=job.min_nodes,
             max_nodes=job.max_nodes,
-            entrypoint=job.entrypoint or DEFAULT_ENTRYPOINT,
+            entrypoint=_entrypoint(job),
             command=job.command,
-            checkpoint_dir=job.checkpoint_dir,
+            workdir=job.workdir,
+            env=job.env,
+            nproc_per_node=_nproc(job.nproc_per_node),  # type: ignore[arg-type]
+            job_dir=job.job_dir,
+            checkpoint_dir=str(checkpoint_dir(job.job_dir)),
         ),
     )

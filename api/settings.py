@@ -35,7 +35,11 @@ class Settings(BaseSettings):
         scalability_csv: table loaded at start when the database holds none; default the
             shared data's ``imagenet-scalability.csv`` when present.
         max_poll_wait_s: cap on a long-poll's ``wait``, seconds.
-        max_command_failures: failed command acks after which a job is ``failed``.
+        max_command_failures: failed command acks after which a job is ``failed`` (a failure
+            the agent marks ``job_failed`` fails it at once).
+        max_active_jobs: most jobs the optimizer considers at once (running ones included);
+            None: no cap, capacity-based admission alone
+            (:func:`interstice.optimizer.admission.admit`).
         db_wait_s: how long start-up waits for the database, seconds.
         bootstrap_admin_token: when set, this bearer token is stored as an ``admin`` token at
             start (for deployments that cannot run ``interstice token create`` first).
@@ -54,6 +58,7 @@ class Settings(BaseSettings):
     scalability_csv: Path | None = None
     max_poll_wait_s: float = Field(default=60.0, ge=0)
     max_command_failures: int = Field(default=3, ge=1)
+    max_active_jobs: int | None = Field(default=None, ge=1)
     db_wait_s: float = Field(default=30.0, ge=0)
     bootstrap_admin_token: SecretStr | None = None
     log_level: str = "info"

@@ -19,20 +19,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from interstice.api.schemas import Heartbeat
 from interstice.api.tables import (
     Agent,
     Command,
     IdleInterval,
     Job,
+    JobMetric,
+    JobRate,
     Node,
     NodeEvent,
     Rescale,
     utcnow,
 )
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 ACTIVE_JOB_STATES = ("queued", "running")
+METRICS_KEPT = 10000
+"""Newest reports kept per job in the metrics series."""
+RATE_REPORTS_CAP = 100
+"""A learned rate is the running mean of at most this many reports: later ones still move
+it by at least 1 %, so a rate that changes (another data set phase, a slower node) is
+followed."""
 SUPERSEDABLE_KINDS = ("start", "rescale")
 """Kinds a newer command of the same agent and job makes obsolete (a ``stop`` never is)."""
 DEFAULT_RENDEZVOUS_PORT = 29400
@@ -125,6 +134,8 @@ def move_job(
         )
     }
     job.generation += 1
+    job.generation_step = None
+    job.world_size = None
     rendezvous_id = f"{job.job_id}-g{job.generation}"
     endpoint = ""
     if to_nodes:
@@ -168,6 +179,7 @@ def move_job(
             from_spb_depth=job.spb_depth,
             to_spb_depth=to_depth,
             reason=reason,
+            generation=job.generation,
         )
     )
     job.spb_depth = to_depth
@@ -319,8 +331,11 @@ def _apply_node_event(
     return record
 
 
-def end_job(session: Session, job: Job, state: str, *, changes: Changes) -> None:
-    """Finish, cancel or fail ``job``: stop commands to all its nodes, which are freed.
+def end_job(
+    session: Session, job: Job, state: str, *, changes: Changes, error: str | None = None
+) -> None:
+    """Finish, cancel or fail ``job``: stop commands to all its nodes, which are freed at
+    once; ``error`` (why it failed) is kept on the job.
 
     Raises:
         Conflict: the job is not queued or running.
@@ -329,6 +344,7 @@ def end_job(session: Session, job: Job, state: str, *, changes: Changes) -> None
         raise Conflict(f"job {job.job_id} is {job.state}; only a queued or running job can end")
     job.state = state
     job.finished_at = utcnow()
+    job.error = error
     reason = {"finished": "finished", "cancelled": "cancelled", "failed": "failed"}[state]
     move_job(
         session,
@@ -342,14 +358,113 @@ def end_job(session: Session, job: Job, state: str, *, changes: Changes) -> None
     changes.stale = True
 
 
-def record_progress(session: Session, job_id: int, samples_done: float, changes: Changes) -> None:
-    """Keep the job's maximum ``samples_done``; at ``total_samples`` it finishes."""
+def record_report(
+    session: Session, job_id: int, node: str, beat: Heartbeat, changes: Changes
+) -> None:
+    """Record what a node's heartbeat says of its job.
+
+    - ``samples_done``: the job keeps the largest report; at ``total_samples`` it finishes.
+    - A report whose ``step`` is beyond the job's newest joins the metrics series (the
+      newest :data:`METRICS_KEPT` are kept) and sets ``last_loss``.
+    - Reports of the current generation (``rendezvous_id`` is the job's newest, or absent)
+      set ``world_size``; ``job_state`` ``finished`` finishes the job and ``failed`` fails it
+      with the report's ``error``. A report of an older generation ends nothing.
+    - Learning (reports naming the current generation): the generation's first report sets
+      its first step; the first report beyond it ends the generation's rescale cost
+      (``Rescale.cost_s``: from its commands to now), and each that also advances the job's
+      step is a rate observation at (held node count, SPB depth) (:class:`JobRate`).
+    """
     job = session.get(Job, job_id)
-    if job is None or job.state not in ACTIVE_JOB_STATES or samples_done <= job.samples_done:
+    if job is None or job.state not in ACTIVE_JOB_STATES:
         return
-    job.samples_done = samples_done
-    if samples_done >= job.total_samples:
+    now = utcnow()
+    newest = f"{job.job_id}-g{job.generation}"
+    current = beat.rendezvous_id in (None, newest)
+    advanced = beat.step is not None and (job.last_step is None or beat.step > job.last_step)
+    if beat.samples_done is not None and beat.samples_done > job.samples_done:
+        job.samples_done = beat.samples_done
+    if current and beat.world_size and job.state == "running":
+        job.world_size = beat.world_size
+    if beat.rendezvous_id == newest and beat.step is not None:
+        _learn(session, job, beat, beat.step, advanced, now)
+    if advanced:
+        assert beat.step is not None
+        job.last_step = beat.step
+        if beat.loss is not None:
+            job.last_loss = beat.loss
+        _add_metric(session, job, beat, beat.step, now)
+    if current and beat.job_state == "failed":
+        error = beat.error or "its workers failed without a message"
+        end_job(session, job, "failed", changes=changes, error=f"on {node}: {error}")
+    elif (current and beat.job_state == "finished") or job.samples_done >= job.total_samples:
         end_job(session, job, "finished", changes=changes)
+
+
+def _add_metric(session: Session, job: Job, beat: Heartbeat, step: int, now: datetime) -> None:
+    """Append the report to the job's series and drop all but its newest METRICS_KEPT."""
+    session.add(
+        JobMetric(
+            job_id=job.id,
+            at=now,
+            step=step,
+            samples=beat.samples_done,
+            loss=beat.loss,
+            samples_per_s=beat.samples_per_s,
+            world_size=beat.world_size,
+            metrics=beat.metrics,
+        )
+    )
+    session.flush()
+    oldest_kept = session.scalar(
+        select(JobMetric.id)
+        .where(JobMetric.job_id == job.id)
+        .order_by(JobMetric.id.desc())
+        .offset(METRICS_KEPT - 1)
+        .limit(1)
+    )
+    if oldest_kept is not None:
+        session.execute(
+            delete(JobMetric).where(JobMetric.job_id == job.id, JobMetric.id < oldest_kept)
+        )
+
+
+def _learn(
+    session: Session, job: Job, beat: Heartbeat, step: int, advanced: bool, now: datetime
+) -> None:
+    """A report of the current generation (see :func:`record_report`). ``advanced``: its step
+    is beyond every earlier report's (so each step is observed once, whichever node reports
+    it first; after a rescale the workers may repeat steps since their checkpoint)."""
+    if job.generation_step is None:  # the first report after the rescale: not an observation
+        job.generation_step = step
+        return
+    if step <= job.generation_step:
+        return
+    nodes = len(held_nodes(session, job.id))
+    if advanced and nodes and beat.samples_per_s:
+        depth = job.spb_depth if beat.spb_depth is None else beat.spb_depth
+        rate = session.get(JobRate, (job.id, nodes, depth))
+        if rate is None:
+            session.add(
+                JobRate(
+                    job_id=job.id,
+                    nodes=nodes,
+                    spb_depth=depth,
+                    samples_per_s=beat.samples_per_s,
+                    reports=1,
+                )
+            )
+        else:
+            rate.reports = min(rate.reports + 1, RATE_REPORTS_CAP)
+            rate.samples_per_s += (beat.samples_per_s - rate.samples_per_s) / rate.reports
+    rescale = session.scalar(
+        select(Rescale).where(
+            Rescale.job_id == job.id,
+            Rescale.generation == job.generation,
+            Rescale.cost_s.is_(None),
+        )
+    )
+    if rescale is not None:
+        rescale.cost_s = max(0.0, (now - rescale.at).total_seconds())
 
 
 def agents_gone(session: Session, agents: Iterable[Agent], state: str, changes: Changes) -> None:
@@ -397,14 +512,18 @@ def ack_command(
     error: str | None,
     max_failures: int,
     changes: Changes,
+    *,
+    job_failed: bool = False,
 ) -> Command:
     """Acknowledge a command (idempotent: a second ack returns the first one's record).
 
-    A failed ack is recorded on the command; a failed ``start`` or ``rescale`` is also counted
-    on the job, and a job whose commands failed ``max_failures`` times is ``failed`` and its
-    nodes are freed. A failed ``stop`` is recorded only: it means the node ran none of the
-    job's workers (e.g. the ``start`` it would undo was superseded before the agent ran it),
-    so the job lost nothing.
+    A failed ack is recorded on the command; a failed ``start`` or ``rescale`` fails its job
+    at once when ``job_failed`` (the reason is the job's own: bad command, missing script,
+    crashed workers), with the error, and is otherwise counted on the job: a job whose
+    commands failed ``max_failures`` times is ``failed``. Either way its nodes are freed. A
+    failed ``stop`` is recorded only: it means the node ran none of the job's workers (e.g.
+    the ``start`` it would undo was superseded before the agent ran it), so the job lost
+    nothing.
 
     Raises:
         NotFound: no such command for this agent.
@@ -420,6 +539,16 @@ def ack_command(
     if not ok and command.kind != "stop":
         job = session.get_one(Job, command.job_id)
         job.failed_commands += 1
-        if job.failed_commands >= max_failures and job.state in ACTIVE_JOB_STATES:
-            end_job(session, job, "failed", changes=changes)
+        if job.state not in ACTIVE_JOB_STATES:
+            return command
+        node = session.get_one(Agent, agent_id).node
+        if job_failed:
+            reason = f"{command.kind} on {node} failed: {command.error}"
+            end_job(session, job, "failed", changes=changes, error=reason)
+        elif job.failed_commands >= max_failures:
+            reason = (
+                f"{job.failed_commands} commands failed; the last, {command.kind} on {node}: "
+                f"{command.error}"
+            )
+            end_job(session, job, "failed", changes=changes, error=reason)
     return command

@@ -7,7 +7,17 @@ Every timestamp is stored as naive UTC and read back as an aware UTC ``datetime`
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -51,31 +61,46 @@ class Token(Base):
 
 
 class Job(Base):
-    """An elastic training job; ``id`` shows as ``j-<id>``."""
+    """An elastic training job; ``id`` shows as ``j-<id>``.
+
+    ``samples_done`` is the largest cumulative sample count any node reported. ``last_step``,
+    ``last_loss`` and ``world_size`` come from the newest heartbeat that advanced the step
+    (``world_size``: worker processes of the current generation, None until they report).
+    ``generation_step`` is the step of the current generation's first report (None before
+    it): reports beyond it are rate observations and end the generation's rescale cost.
+    """
 
     __tablename__ = "jobs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     owner_token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
     state: Mapped[str] = mapped_column(String(20), index=True)
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str | None] = mapped_column(String(200))
     min_nodes: Mapped[int]
     max_nodes: Mapped[int]
-    total_samples: Mapped[float] = mapped_column(Float)
+    total_samples: Mapped[int] = mapped_column(BigInteger)
     samples_done: Mapped[float] = mapped_column(Float, default=0.0)
     priority: Mapped[float] = mapped_column(Float)
     parallelism: Mapped[str] = mapped_column(String(20))
-    batch_size: Mapped[int]
+    global_batch_size: Mapped[int]
     rescale_up_s: Mapped[float] = mapped_column(Float)
     rescale_down_s: Mapped[float] = mapped_column(Float)
     entrypoint: Mapped[str | None] = mapped_column(String(500))
     command: Mapped[list[Any] | None]
-    checkpoint_dir: Mapped[str] = mapped_column(Text)
+    workdir: Mapped[str | None] = mapped_column(Text)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    nproc_per_node: Mapped[str] = mapped_column(String(10), default="auto")
+    job_dir: Mapped[str] = mapped_column(Text)
     spb_depth: Mapped[int] = mapped_column(default=0)
     generation: Mapped[int] = mapped_column(default=0)
     failed_commands: Mapped[int] = mapped_column(default=0)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    last_loss: Mapped[float | None] = mapped_column(Float)
+    world_size: Mapped[int | None]
+    generation_step: Mapped[int | None] = mapped_column(BigInteger)
 
     @property
     def job_id(self) -> str:
@@ -161,7 +186,12 @@ class Command(Base):
 
 
 class Rescale(Base):
-    """One change of a job's node set or SPB depth."""
+    """One change of a job's node set or SPB depth: generation ``generation`` begins.
+
+    ``cost_s`` is the measured rescale cost: from ``at`` (when the commands were written) to
+    the first report of the generation with a step beyond its first report's; None until then
+    (and for a generation on no node).
+    """
 
     __tablename__ = "rescales"
 
@@ -173,6 +203,39 @@ class Rescale(Base):
     from_spb_depth: Mapped[int]
     to_spb_depth: Mapped[int]
     reason: Mapped[str] = mapped_column(String(20))
+    generation: Mapped[int | None]
+    cost_s: Mapped[float | None] = mapped_column(Float)
+
+
+class JobMetric(Base):
+    """One heartbeat that advanced a job's step: the series of ``GET /v1/jobs/{id}/metrics``
+    (the newest :data:`interstice.api.state.METRICS_KEPT` rows per job are kept)."""
+
+    __tablename__ = "job_metrics"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[datetime]
+    step: Mapped[int] = mapped_column(BigInteger)
+    samples: Mapped[float | None] = mapped_column(Float)
+    loss: Mapped[float | None] = mapped_column(Float)
+    samples_per_s: Mapped[float | None] = mapped_column(Float)
+    world_size: Mapped[int | None]
+    metrics: Mapped[dict[str, Any]]
+
+
+class JobRate(Base):
+    """Mean reported samples/s of a job at one (node count, SPB depth): what the control
+    loop fits the job's scaling curve from. ``reports`` counts the reports averaged, capped
+    at :data:`interstice.api.state.RATE_REPORTS_CAP` so that a changed rate still moves it."""
+
+    __tablename__ = "job_rates"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    nodes: Mapped[int] = mapped_column(primary_key=True)
+    spb_depth: Mapped[int] = mapped_column(primary_key=True)
+    samples_per_s: Mapped[float] = mapped_column(Float)
+    reports: Mapped[int]
 
 
 class AllocationRecord(Base):

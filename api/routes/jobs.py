@@ -4,7 +4,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 from interstice.api.deps import ServiceDep, UserToken, roles
-from interstice.api.schemas import JobCreate, JobPublic, JobsPublic, JobState
+from interstice.api.schemas import (
+    JobCreate,
+    JobLogPublic,
+    JobMetricsPublic,
+    JobPublic,
+    JobsPublic,
+    JobState,
+)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -13,8 +20,12 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 def create_job(body: JobCreate, service: ServiceDep, who: UserToken) -> JobPublic:
     """Submit a job; it is ``queued`` until a solve gives it nodes. Roles: user, admin.
 
-    409 when no scalability table is loaded, the model is not in it, or ``min_nodes`` is
-    above the model's largest measured node count.
+    A model outside the scalability table (or none) is scheduled from the default scaling
+    curve until the job's own rates are measured. The job directory
+    ``<checkpoint_root>/<job_id>`` is created (mode 0700). 422 names the field at fault
+    (``command`` too long, a reserved ``env`` name, a fractional ``total_samples``, ...);
+    409 when ``min_nodes`` is above a table model's largest measured node count or the job
+    directory cannot be created.
     """
     return service.create_job(who, body)
 
@@ -34,8 +45,9 @@ def list_jobs(
 
 @router.get("/{job_id}", **roles("user", "admin", errors=(404,)))
 def get_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
-    """One job: state, nodes, world size, SPB depth, samples done, rescale history and
-    command errors. 404 for an unknown job or another user's. Roles: user, admin."""
+    """One job: state, nodes, world size, SPB depth, samples done, last loss, rescale history
+    with measured costs, command errors and why it failed. 404 for an unknown job or
+    another user's. Roles: user, admin."""
     return service.get_job(who, job_id)
 
 
@@ -44,3 +56,34 @@ def cancel_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
     """Cancel a queued or running job: its agents get ``stop``, its nodes are re-allocated.
     409 when the job already ended. Roles: user, admin."""
     return service.cancel_job(who, job_id)
+
+
+@router.get("/{job_id}/metrics", **roles("user", "admin", errors=(404,)))
+def job_metrics(
+    job_id: str,
+    service: ServiceDep,
+    who: UserToken,
+    limit: Annotated[int, Query(ge=1, le=10000, description="newest reports to answer")] = 10000,
+) -> JobMetricsPublic:
+    """The series the job's workers reported (``elastic.report``), one entry per report that
+    advanced the step, oldest first: step, samples, loss, samples/s, world size and the
+    script's own metrics. 404 for an unknown job or another user's. Roles: user, admin."""
+    return service.job_metrics(who, job_id, limit)
+
+
+@router.get("/{job_id}/logs", **roles("user", "admin", errors=(404,)))
+def job_logs(
+    job_id: str,
+    service: ServiceDep,
+    who: UserToken,
+    rank: Annotated[int, Query(ge=0, le=10**6, description="global rank")] = 0,
+    tail: Annotated[int, Query(ge=0, le=100000, description="last lines to answer")] = 200,
+    offset: Annotated[
+        int | None, Query(ge=0, le=2**62, description="byte offset to read from (follow)")
+    ] = None,
+) -> JobLogPublic:
+    """stdout+stderr of one rank over every generation, oldest first: the last ``tail``
+    lines, or with ``offset`` the bytes from there (at most 1 MiB; ask again from
+    ``next_offset`` to follow). 404 for an unknown job, another user's, or a rank with no
+    log yet. Roles: user, admin."""
+    return service.job_log(who, job_id, rank, tail, offset)

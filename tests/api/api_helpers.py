@@ -111,7 +111,8 @@ class Api:
         return self.call("POST", "/v1/nodes/events", "scheduler", json=body)
 
     def submit(self, role: str = "user", **fields: Any) -> dict[str, Any]:
-        body = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 2, "total_samples": 1e6} | fields
+        body = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 2, "total_samples": 10**6}
+        body |= fields
         r = self.call("POST", "/v1/jobs", role, json=body)
         assert r.status_code == 201, r.text
         return r.json()
@@ -145,3 +146,27 @@ class Api:
                 return value
             time.sleep(0.02)
         raise AssertionError(f"condition not reached in {timeout_s} s")
+
+
+def start_job(api: Api, nodes: list[str], **fields: Any) -> tuple[dict[str, str], dict, dict]:
+    """Register ``nodes`` idle, submit a job that wants all of them, ack its starts.
+
+    Returns:
+        The agent id per node, the job as submitted, and each node's start command.
+    """
+    agents = {n: api.register(n) for n in nodes}
+    api.node_events(*((f"e-{n}", n, "idle", 0) for n in nodes))
+    job = api.submit(**({"min_nodes": 1, "max_nodes": len(nodes)} | fields))
+    api.wait_for(lambda: api.job(job["job_id"])["nodes"] == sorted(nodes))
+    starts = {}
+    for node, agent in agents.items():
+        (starts[node],) = [c for c in api.poll(agent, wait=0) if c["kind"] == "start"]
+        api.ack_all(agent, [starts[node]])
+    return agents, job, starts
+
+
+def beat(api: Api, agent: str, **fields: Any) -> httpx.Response:
+    """A heartbeat of ``agent`` with ``fields``; asserts it is answered 200."""
+    r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json=fields)
+    assert r.status_code == 200, r.text
+    return r

@@ -114,13 +114,12 @@ def make_api(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     def factory(solver: Any = None, **overrides: Any) -> Iterator[Api]:
         csv = tmp_path / "scalability.csv"
         csv.write_text(SCALABILITY_CSV)
-        settings = Settings(
-            db_url=db_url,
-            debounce_s=0.02,
-            checkpoint_root=tmp_path / "checkpoints",
-            scalability_csv=csv,
-            **overrides,
-        )
+        defaults = {
+            "debounce_s": 0.02,
+            "checkpoint_root": tmp_path / "checkpoints",
+            "scalability_csv": csv,
+        }
+        settings = Settings(db_url=db_url, **(defaults | overrides))
         app = create_app(settings, solver=solver)
         with TestClient(app) as client:
             db = app.state.service.db

@@ -149,7 +149,7 @@ def test_kill9_restart_keeps_every_row_and_long_polls_resume(server: Server) -> 
     c.post(
         f"/v1/agents/{agents['n1']}/heartbeat",
         headers=c.h["agent"],
-        json={"job_id": first["job_id"], "samples_done": 1234},
+        json={"job_id": first["job_id"], "samples_done": 1234, "step": 7, "loss": 0.5},
     )
     second = c.post(
         "/v1/jobs",
@@ -159,9 +159,18 @@ def test_kill9_restart_keeps_every_row_and_long_polls_resume(server: Server) -> 
     before = _settled_snapshot(c, agents["n2"])
     # n2's commands of the newest generation, never acknowledged: its first start was
     # superseded when the second job's solve moved n2 (to the second job, or within the first)
-    assert [x["kind"] for x in before["pending"]["data"]] in (["stop", "start"], ["rescale"])
+    # (or, when the second job is not admitted while the first can use both nodes, the
+    # first start, still pending)
+    assert [x["kind"] for x in before["pending"]["data"]] in (
+        ["stop", "start"],
+        ["rescale"],
+        ["start"],
+    )
     assert {j["job_id"] for j in before["jobs"]["data"]} == {first["job_id"], second["job_id"]}
     assert before["jobs"]["data"][1]["samples_done"] == 1234
+    assert before["jobs"]["data"][1]["last_loss"] == 0.5
+    series = c.get(f"/v1/jobs/{first['job_id']}/metrics", headers=c.h["user"]).json()
+    assert [(m["step"], m["loss"]) for m in series["data"]] == [(7, 0.5)]
     assert before["audit"]["count"] == 1
 
     # n3's agent long-polls while the service dies
@@ -189,6 +198,7 @@ def test_kill9_restart_keeps_every_row_and_long_polls_resume(server: Server) -> 
     server.start()
     after = _snapshot(c, agents["n2"])
     assert after == before
+    assert c.get(f"/v1/jobs/{first['job_id']}/metrics", headers=c.h["user"]).json() == series
 
     # n3 becomes idle: a job gets it, and the resumed long-poll answers
     idle = [{"event_id": "e-n3-idle", "node": "n3", "state": "idle", "at": at}]
