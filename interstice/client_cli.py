@@ -290,7 +290,7 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             job["state"],
             str(len(job.get("nodes") or [])),
             f"{job['min_nodes']}:{job['max_nodes']}",
-            str(job.get("world_size", "-")),
+            "-" if job.get("world_size") is None else str(job["world_size"]),
             samples(job),
             loss(job),
             age(job.get("submitted_at")),
@@ -315,8 +315,8 @@ def job_table(job: dict[str, Any]) -> Table:
     return table
 
 
-def console() -> Console:
-    """Standard output, never wrapped below 160 columns (tables stay one line per job)."""
+def wide_console() -> Console:
+    """Standard output, never wrapped below 160 columns (a table stays one line per job)."""
     return Console(width=max(160, Console().width), soft_wrap=False, highlight=False)
 
 
@@ -423,7 +423,7 @@ def list_jobs(
     if state is not None:
         params["state"] = state
     answer = client(server, token).call("GET", "/v1/jobs", params=params)
-    console().print(jobs_table(answer["data"]))
+    wide_console().print(jobs_table(answer["data"]))
 
 
 @job_app.command("show")
@@ -438,7 +438,7 @@ def show(
     if as_json:
         typer.echo(json.dumps(job, indent=2))
     else:
-        console().print(job_table(job))
+        Console(highlight=False).print(job_table(job))
 
 
 @job_app.command("logs")
