@@ -339,7 +339,9 @@ def replay(
     for pair, ratios in full["ratios"].items():
         console.print(
             f"{pair}: goodput x{ratios['goodput_samples'] or 0:.3f}  "
-            f"harvest x{ratios['harvest'] or 0:.3f}  JCT mean x{ratios['jct_mean_s'] or 0:.3f}"
+            f"harvest x{ratios['harvest'] or 0:.3f}  JCT mean x{ratios['jct_mean_s'] or 0:.3f} "
+            f"(x{ratios['jct_mean_s_same_jobs'] or 0:.3f} over the "
+            f"{ratios['same_jobs_finished']} jobs both finished)"
         )
     console.print(f"wrote {out / 'report.json'} and {out / 'report.png'}")
 

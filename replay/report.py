@@ -113,17 +113,44 @@ def build_report(settings: dict[str, Any], results: list[ReplayResult]) -> dict[
 
     Returns:
         ``{"settings", "policies": {name: figures}, "ratios": {"<main>/<baseline>": {figure:
-        ratio}}}``; a ratio is ``None`` where the baseline's figure is 0 or undefined.
+        ratio}}}``; a ratio is ``None`` where the baseline's figure is 0 or undefined. Each
+        pair adds ``jct_mean_s_same_jobs`` (mean JCT over the jobs both finished, main over
+        baseline) and ``same_jobs_finished`` (their count).
     """
     figures = {result.policy: summarize(result) for result in results}
     main = results[0].policy
     ratios = {}
     for baseline in results[1:]:
-        ratios[f"{main}/{baseline.policy}"] = {
+        pair = {
             name: _ratio(figures[main][name], figures[baseline.policy][name])
             for name in RATIO_FIGURES
         }
+        pair.update(_common_jct(results[0], baseline))
+        ratios[f"{main}/{baseline.policy}"] = pair
     return {"settings": settings, "policies": figures, "ratios": ratios}
+
+
+def _common_jct(main: ReplayResult, baseline: ReplayResult) -> dict[str, float | None]:
+    """Mean JCT over the jobs both policies finished, main over baseline, and their count.
+
+    ``jct_mean_s`` of a policy that finishes few jobs averages only its earliest, quickest
+    ones; over the same jobs the two means compare like with like.
+    """
+    done = {
+        rec.spec.job_id: rec.finished_s - rec.arrival_s
+        for rec in main.jobs
+        if rec.finished_s is not None
+    }
+    pairs = [
+        (done[rec.spec.job_id], rec.finished_s - rec.arrival_s)
+        for rec in baseline.jobs
+        if rec.finished_s is not None and rec.spec.job_id in done
+    ]
+    mine, theirs = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return {
+        "jct_mean_s_same_jobs": mine / theirs if pairs and theirs else None,
+        "same_jobs_finished": len(pairs),
+    }
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -31,6 +31,12 @@ def real_inputs(bftrainer_dir: Path) -> RealInputs:
 
 
 @pytest.fixture
+def inputs(tiny_files: dict[str, Path]) -> tuple[NodeTrace, ScalabilityTable]:
+    """The tiny trace and table, parsed."""
+    return load_trace(tiny_files["--trace"]), ScalabilityTable.from_csv(TINY_TABLE)
+
+
+@pytest.fixture
 def tiny_files(tmp_path: Path) -> dict[str, Path]:
     """A 4-node trace, a 2-job jobs file and a one-model table, as CLI path options."""
     files = {"--trace": "trace.csv", "--jobs": "jobs.csv", "--scalability": "table.csv"}

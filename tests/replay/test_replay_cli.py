@@ -109,6 +109,19 @@ BAD_ARGS = [
     (["--nodes", "0"], "--nodes must be within 1..4"),
     (["--early-finish", "2"], "--early-finish must be within [0, 1]"),
     (["--early-finish", "-0.1"], "--early-finish must be within [0, 1]"),
+    (["--objective", "joy"], "--objective must be one of throughput, speedup"),
+    (["--fairness", "-1"], "--fairness must be a finite number >= 0"),
+    (["--churn", "inf"], "--churn must be a finite number >= 0"),
+    (["--priority-weight", "-1"], "--priority-weight must be a finite number >= 0"),
+    (["--rate-error", "-0.5"], "--rate-error must be a finite number >= 0"),
+    (["--rigid-nodes", "0"], "--rigid-nodes must be >= 1"),
+    (["--checkpoint-interval-s", "0"], "--checkpoint-interval-s must be > 0"),
+    (["--hours", "1", "--end", "2021-02-01T00:02:00"], "--hours and --end both set"),
+    (["--end", "noon"], "--end must be an ISO 8601 time"),
+    (["--end", "2021-02-01T00:00:00"], "--end 2021-02-01T00:00:00 must lie after"),
+    (["--end", "2021-03-01T00:00:00"], "--end 2021-03-01T00:00:00 must lie after"),
+    (["--nodes", "2", "--nodes-file", "x"], "--nodes and --nodes-file both choose"),
+    (["--nodes-file", "/nonexistent/nodes.txt"], "--nodes-file: no such file"),
 ]
 
 
@@ -119,6 +132,53 @@ def test_bad_option_exits_2_with_one_line(tiny_files, tmp_path, extra, message):
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
     assert message in result.stderr
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("# none\n\n", "no node names"),
+        ("n1\nn9\n", "node 'n9' is not in the trace"),
+        ("n1\nn2 # twice\nn1\n", "a node is listed twice"),
+    ],
+)
+def test_bad_nodes_file_exits_2_with_one_line(tiny_files, tmp_path, text, message):
+    nodes = tmp_path / "nodes.txt"
+    nodes.write_text(text)
+    args = ["replay", *args_of(tiny_files), "--nodes-file", str(nodes), "--out", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_nodes_file_end_and_weights_reach_the_replay(tiny_files, tmp_path):
+    # n4 is left out and the window ends at 150 s: idle node-seconds are
+    # n1..n3 0-60 s, n1..n3 60-100 s, n2..n3 100-150 s.
+    nodes = tmp_path / "nodes.txt"
+    nodes.write_text("# replay these\nn3\nn1\nn2\n")
+    args = ["--nodes-file", str(nodes), "--end", "2021-02-01T00:02:30", "--churn", "0.2"]
+    args += ["--fairness", "0.5", "--objective", "speedup", "--priority-weight", "0"]
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["replay", *args_of(tiny_files), *args, "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["nodes"] == 3 and report["settings"]["window_hours"] == 150 / 3600
+    weights = report["settings"]["weights"]
+    assert (weights["speedup"], weights["fairness"], weights["churn"]) == (True, 0.5, 0.2)
+    assert (weights["priority"], weights["early_finish"]) == (0.0, 0.9)
+    assert report["policies"]["greedy"]["idle_node_s"] == pytest.approx(3 * 100 + 2 * 50)
+
+
+def test_bad_priority_column_exits_2_naming_the_line(tiny_files, tmp_path):
+    jobs = tiny_files["--jobs"]
+    lines = jobs.read_text().splitlines()
+    rows = [lines[0] + ",priority", lines[1] + ",2", lines[2] + ",0"]
+    jobs.write_text("\n".join(rows) + "\n")
+    result = runner.invoke(app, ["replay", *args_of(tiny_files), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert (
+        result.stderr.count("\n") == 1 and "line 3: priority must be a number > 0" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(
