@@ -20,7 +20,12 @@ spread over its counts would, and not at all on the level. Closed form:
 b = (S_xy + lambda b_0) / (S_xx + lambda) (S: weighted sums of centred products), clipped to
 [0, 1]; log a = weighted mean of y - b x. So reports at one count give the table's shape at
 the job's own level; reports at several counts soon give the job's own shape. A depth with no
-observation keeps the prior's points unchanged.
+observation keeps the prior's points unchanged. Limit: a job is observed only at the counts
+it is given; one the optimizer stops because its fitted curve looks poor reports nothing
+more, so an underestimate at small counts is not corrected (no exploration). In
+tests/optimizer/test_learning.py a job whose true curve differs from its table row in level
+or in shape, or that starts from the default curve, gets its true allocation from the
+second solve on.
 
 Default (:func:`default_curve`), for a job whose model has no table row: the power law with
 the median exponent and the median one-node rate of the Summit table's seven models.
