@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from interstice.api import db as database
 from interstice.api.control import ControlLoop, Solver, optimizer_solver
 from interstice.api.metrics import Metrics, RequestLatency
-from interstice.api.routes import agents, health, jobs, nodes, objective, scalability
+from interstice.api.routes import agents, health, jobs, nodes, objective, scalability, stats
 from interstice.api.service import Service
 from interstice.api.settings import Settings
 from interstice.api.state import Conflict, NotFound
@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
     )
     app.state.service = service
     app.state.control = control
-    for module in (nodes, jobs, agents, objective, scalability, health):
+    for module in (nodes, jobs, agents, objective, scalability, stats, health):
         app.include_router(module.router)
     app.add_middleware(RequestLatency, metrics=metrics)
 

@@ -1,7 +1,8 @@
 """Prometheus metrics, one :class:`~prometheus_client.CollectorRegistry` per app instance.
 
 Counters and histograms are updated where things happen; the gauges (nodes, jobs, pending
-commands, agents) are read from the database at scrape time.
+commands, agents, and the lifetime measures of ``GET /v1/stats``) are read from the
+database at scrape time.
 """
 
 import time
@@ -42,6 +43,20 @@ class Metrics:
         self.rescales = Counter(
             "interstice_rescales", "Job rescales by reason", ["reason"], registry=r
         )
+        self.lifetime = {
+            name: Gauge(f"interstice_{name}", f"{help}, over the service's lifetime", registry=r)
+            for name, help in (
+                ("idle_node_hours", "Node-hours the scheduler reported nodes idle"),
+                ("harvested_node_hours", "Node-hours jobs held nodes"),
+                ("utilization", "Harvested / idle node-hours (NaN before any idle time)"),
+                ("harvest", "Dedicated-node work trained / idle node-seconds (GET /v1/stats)"),
+                ("jobs_finished", "Jobs finished"),
+                ("jct_mean_s", "Mean job completion time, seconds (NaN before a finish)"),
+                ("jct_p95_s", "95th percentile job completion time, seconds"),
+                ("wait_mean_s", "Mean wait from submission to first node, seconds"),
+            )
+        }
+        """The measures of ``GET /v1/stats`` over the lifetime, by field name."""
         self.request_seconds = Histogram(
             "interstice_request_seconds",
             "HTTP request latency by route",

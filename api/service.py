@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from interstice.api.metrics import Metrics
 from interstice.api.notify import Notifier
 from interstice.api.settings import Settings
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, Conflict, NotFound, parse_id
+from interstice.api.stats import compute_stats
 from interstice.api.tables import (
     Agent,
     AuditEntry,
@@ -699,6 +701,12 @@ class Service:
             ]
         return schemas.AuditsPublic(data=data, count=count)
 
+    def stats(self, since: datetime | None) -> schemas.StatsPublic:
+        """The admin's measures from ``since`` (None: the service's lifetime) to now
+        (:func:`interstice.api.stats.compute_stats`)."""
+        with self.db.read() as session:
+            return compute_stats(session, self.scalability(session), since, utcnow())
+
     def refresh_gauges(self) -> None:
         """Read the gauges' values from the database (at scrape time)."""
         m = self.metrics
@@ -720,6 +728,10 @@ class Service:
             m.agents_alive.set(
                 session.scalar(select(func.count()).where(Agent.state == "alive")) or 0
             )
+            lifetime = compute_stats(session, self.scalability(session), None, utcnow())
+        for name, gauge in m.lifetime.items():
+            value = getattr(lifetime, name)
+            gauge.set(math.nan if value is None else value)
 
 
 @lru_cache(maxsize=4)
