@@ -107,11 +107,11 @@ class Generation:
         return self.command.rendezvous_id
 
     def warmed_up(self) -> bool:
-        """Whether the launcher finished its warm-up (its log starts with the ready line)."""
+        """Whether the launcher finished its warm-up (its log holds the ready line)."""
         if not self._warmed_up:
             try:
                 with self.log_path.open("rb") as stream:
-                    self._warmed_up = stream.read(len(SPARE_READY)).decode() == SPARE_READY
+                    self._warmed_up = SPARE_READY.encode() in stream.read(65536)
             except OSError:
                 return False
         return self._warmed_up
@@ -322,11 +322,11 @@ class Launcher:
     def _builtin_args(self, command: Command, run_dir: Path) -> list[str]:
         """The built-in worker's command line (its numbers also come as the job's env)."""
         job = command.job
-        assert job is not None and job.model is not None and command.world_size is not None
+        assert job is not None and job.model is not None
         return [
             *("--model", job.model, "--parallelism", job.parallelism),
             *("--spb-depth", str(command.spb_depth)),
-            *("--batch-size", str(max(1, job.global_batch_size // command.world_size))),
+            *("--global-batch-size", str(job.global_batch_size)),
             *("--total-samples", str(job.total_samples)),
             *("--checkpoint-dir", job.checkpoint_dir, "--run-dir", str(run_dir)),
             *("--node", self.node, *self.worker_args),
@@ -727,7 +727,7 @@ def main() -> int:
     import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
     from interstice.models import MODEL_NAMES  # noqa: F401  (torchvision: seconds)
 
-    multiprocessing.set_forkserver_preload([WORKER_MODULE, LAUNCHER_MODULE])
+    multiprocessing.set_forkserver_preload([WORKER_MODULE])
     multiprocessing.forkserver.ensure_running()
     # A no-op child returns only once the fork server finished its imports.
     probe = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))

@@ -145,5 +145,5 @@ def parse_command(payload: dict) -> Command:
             f"{location or 'command'}: {issue['msg']}"
             for location, issue in zip(locations, issues, strict=True)
         )
-        job_failed = all(location.startswith("job.") for location in locations)
+        job_failed = all(location.split(".")[0] == "job" for location in locations)
         raise BadCommand(f"bad command: {problems}", job_failed=job_failed) from error

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from interstice import files, wire
+from interstice import wire
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -50,14 +50,3 @@ def steps_path(run_dir: Path, node: str, local_rank: int) -> Path:
 def json_line(payload: dict[str, Any]) -> str:
     """``payload`` as one JSON line (for append-only logs)."""
     return json.dumps(payload) + "\n"
-
-
-# The built-in worker's status file, until its rewrite on interstice.elastic (helper G)
-# replaces it by elastic.report's progress files; the agent no longer reads it.
-STOP_FILE = wire.STOP_FILE
-write_json_atomic = files.write_json_atomic
-
-
-def status_path(run_dir: Path, local_rank: int) -> Path:
-    """Where the built-in worker of ``local_rank`` writes its status (see above)."""
-    return run_dir / f"status-{local_rank}.json"

@@ -14,8 +14,9 @@ import pytest
 from interstice.agents.agent import Agent, AgentConfig
 from interstice.agents.client import ServiceClient
 from interstice.agents.launcher import Launcher
-from interstice.agents.local_cluster import free_ports
 from interstice.agents.protocol import BadCommand, parse_command
+
+from interstice.ports import free_ports
 
 
 class FakeService:
@@ -39,11 +40,17 @@ class FakeService:
         return [(path, body) for method, path, body in self.requests if path.endswith("/ack")]
 
 
-def make_agent(tmp_path: Path, service: FakeService, join_timeout_s: float = 60.0) -> Agent:
+def make_agent(
+    tmp_path: Path,
+    service: FakeService,
+    join_timeout_s: float = 60.0,
+    token: str = "tok",
+    node: str = "n0",
+) -> Agent:
     config = AgentConfig(
         server="http://service",
-        token="tok",
-        node="n0",
+        token=token,
+        node=node,
         host="127.0.0.1",
         ports=free_ports(2),
         workdir=tmp_path,

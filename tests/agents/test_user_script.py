@@ -1,0 +1,289 @@
+"""A user's own script as a job, on real launchers, against a fake service.
+
+The script uses plain ``torch.distributed`` (no ``interstice.elastic``): the agent must judge
+joining and ending from torch elastic alone. Checked: a script that trains at world size 2
+(two agents, one rank each) is acked as joined and its exit 0 is heartbeated as
+``finished``, with placeholders expanded, the job's env given and no agent credential in
+it, and each rank's stdout+stderr in its rank log; a script that exits 1 on one rank is
+``failed`` with that rank's last log lines; a rescale delivers SIGTERM to the workers; a
+missing script, an argv too long for the OS and a fractional ``total_samples`` are acked
+``job_failed`` at once, before anything starts.
+"""
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interstice.agents import launcher
+from interstice.agents.agent import Agent
+from interstice.agents.launcher import clean_environment
+from test_agent_commands import FakeService, make_agent
+
+from interstice import wire
+
+AGENT_TOKEN = "agent-secret-7f3a"
+SCRIPT = """\
+import json, os, signal, sys, time
+import torch
+import torch.distributed as dist
+
+mode, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank, world_size = dist.get_rank(), dist.get_world_size()
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, f"env-{rank}.json"), "w") as f:
+    json.dump(dict(os.environ), f)
+if mode == "train":
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 4)
+    y = x.sum(1, keepdim=True)
+    for step in range(20):
+        optimizer.zero_grad()
+        loss = ((model(x[rank::world_size]) - y[rank::world_size]) ** 2).mean()
+        loss.backward()
+        for parameter in model.parameters():
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= world_size
+        optimizer.step()
+    print(f"rank {rank} of {world_size}: final loss {loss.item():.4f}", flush=True)
+    print(f"rank {rank}: a line on stderr", file=sys.stderr, flush=True)
+elif mode == "crash":
+    if rank == 1:
+        print("boom on rank 1", file=sys.stderr, flush=True)
+        sys.exit(1)
+    time.sleep(600)
+elif mode == "wait-for-sigterm":
+    def on_sigterm(signum, frame):
+        open(os.path.join(out, f"sigterm-{rank}"), "w").close()
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    open(os.path.join(out, f"ready-{rank}"), "w").close()
+    while True:
+        time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "script.py").write_text(SCRIPT)
+    return folder
+
+
+MakeAgent = Callable[[str], tuple[Agent, FakeService]]
+
+
+@pytest.fixture
+def agents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeAgent]:
+    """Makes agents on this machine, each with its fake service; their launchers are
+    killed afterwards. The agent token is in the environment, as ``interstice agent``
+    would find it."""
+    monkeypatch.setenv("INTERSTICE_AGENT_TOKEN", AGENT_TOKEN)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    made: list[Agent] = []
+
+    def make(node: str) -> tuple[Agent, FakeService]:
+        service = FakeService()
+        agent = make_agent(tmp_path / node, service, token=AGENT_TOKEN, node=node)
+        made.append(agent)
+        return agent, service
+
+    yield make
+    for agent in made:
+        agent.launcher.close_spare()
+        if agent.generation is not None:
+            agent._end_generation(agent.generation, time.monotonic())
+
+
+def user_command(
+    agent: Agent, job_dir: Path, code_dir: Path, mode: str, **changes: Any
+) -> dict[str, Any]:
+    """A v2 start command for ``script.py MODE {job_dir}/out``."""
+    job = {
+        "model": None,
+        "parallelism": "dp",
+        "global_batch_size": 8,
+        "total_samples": 1000,
+        "min_nodes": 1,
+        "max_nodes": 2,
+        "command": ["script.py", mode, "{job_dir}/out"],
+        "workdir": str(code_dir),
+        "env": {"USER_SETTING": "42"},
+        "nproc_per_node": 1,
+        "job_dir": str(job_dir),
+        "checkpoint_dir": str(job_dir / "checkpoints"),
+        **changes.pop("job", {}),
+    }
+    return {
+        "command_id": 7,
+        "kind": "start",
+        "job_id": "j-1",
+        "world_size": 1,
+        "rendezvous_endpoint": f"127.0.0.1:{agent.config.ports[0]}",
+        "rendezvous_id": "j-1-g1",
+        "spb_depth": 0,
+        "job": job,
+        **changes,
+    }
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def acked(agent: Agent, service: FakeService) -> list[dict]:
+    """The acks ``agent`` sent, once it checked its pending start."""
+    agent._check_pending_ack()
+    return [body for _, body in service.acks()]
+
+
+def test_the_workers_environment_holds_no_agent_credential() -> None:
+    environ = {
+        "PATH": "/usr/bin",
+        "INTERSTICE_AGENT_TOKEN": AGENT_TOKEN,
+        "INTERSTICE_DATABASE_URL": "sqlite:///x",
+        "MY_COPY_OF_THE_TOKEN": AGENT_TOKEN,
+        "TORCHELASTIC_RUN_ID": "old",
+    }
+    assert clean_environment(environ, [AGENT_TOKEN]) == {"PATH": "/usr/bin"}
+
+
+@pytest.mark.parametrize(
+    ("job", "error"),
+    [
+        ({"command": ["missing.py"]}, "no script"),
+        ({"command": ["no-such-program-xyz"]}, "no executable"),
+        ({"command": ["script.py", "x" * 200_000]}, "E2BIG"),
+        ({"total_samples": 1.5}, "total_samples"),
+        ({"command": []}, "empty argv"),
+    ],
+    ids=["missing-script", "missing-program", "argv-too-long", "fractional-samples", "empty"],
+)
+def test_a_job_that_cannot_run_is_acked_job_failed_before_anything_starts(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path, job: dict, error: str
+) -> None:
+    agent, service = agents("n0")
+    agent._execute(user_command(agent, tmp_path / "j-1", code_dir, "train", job=job))
+    ((body),) = acked(agent, service)
+    assert body["ok"] is False and body["job_failed"] is True
+    assert error in body["error"]
+    assert agent.generation is None
+    assert agent.launcher._spare is None  # no launcher was even warmed for it
+
+
+def test_a_node_side_refusal_is_not_a_job_failure(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, service = agents("n0")
+    agent._execute(user_command(agent, tmp_path / "j-1", code_dir, "train", world_size=3))
+    ((body),) = acked(agent, service)
+    assert body["ok"] is False and body["job_failed"] is False
+    assert "world_size 3 is outside" in body["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_script_at_world_size_2_joins_and_its_exit_0_is_finished(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    (host, host_service), (guest, guest_service) = agents("n0"), agents("n1")
+    job_dir = tmp_path / "j-1"
+    for agent in (host, guest):
+        # Both join the rendezvous the host's agent holds.
+        agent._execute(user_command(host, job_dir, code_dir, "train", world_size=2))
+    for agent, service in ((host, host_service), (guest, guest_service)):
+        ((body),) = wait_until(lambda a=agent, s=service: acked(a, s), 240, "joined")
+        assert body["ok"] is True, body
+    for agent in (host, guest):
+        beat = wait_until(
+            lambda a=agent: (
+                a.heartbeat_body().get("job_state") == "finished" and a.heartbeat_body()
+            ),
+            120,
+            "finished",
+        )
+        assert beat["job_id"] == "j-1" and beat["rendezvous_id"] == "j-1-g1"
+        assert "error" not in beat
+
+    out = job_dir / "out"  # {job_dir} expanded
+    for rank in (0, 1):
+        env = json.loads((out / f"env-{rank}.json").read_text())
+        assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "2"
+        assert env["INTERSTICE_JOB_ID"] == "j-1"
+        assert env["INTERSTICE_JOB_DIR"] == str(job_dir)
+        assert env["INTERSTICE_CHECKPOINT_DIR"] == str(job_dir / "checkpoints")
+        assert env["INTERSTICE_TOTAL_SAMPLES"] == "1000"
+        assert env["INTERSTICE_GLOBAL_BATCH_SIZE"] == "8"
+        assert env["TORCHELASTIC_RUN_ID"] == "j-1-g1"
+        assert env["USER_SETTING"] == "42"
+        assert "INTERSTICE_AGENT_TOKEN" not in env
+        assert AGENT_TOKEN not in env.values()
+        log = wire.rank_log_path(job_dir, "j-1-g1", rank).read_text()
+        assert f"rank {rank} of 2: final loss" in log
+        assert f"rank {rank}: a line on stderr" in log
+    assert wire.rank_log_files(job_dir, 1) == [wire.rank_log_path(job_dir, "j-1-g1", 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_script_that_exits_1_on_one_rank_fails_with_that_ranks_last_log_lines(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, service = agents("n0")
+    job_dir = tmp_path / "j-1"
+    agent._execute(user_command(agent, job_dir, code_dir, "crash", job={"nproc_per_node": 2}))
+    beat = wait_until(
+        lambda: agent.heartbeat_body().get("job_state") == "failed" and agent.heartbeat_body(),
+        240,
+        "the job failed",
+    )
+    assert "rank 1 exited with code 1" in beat["error"]
+    assert "boom on rank 1" in beat["error"]  # the last lines of rank 1's log
+    assert len(beat["error"]) <= wire.HEARTBEAT_ERROR_MAX_CHARS
+    # Joined (its workers ran), so the start itself was acked ok; the end is the failure.
+    ((body),) = acked(agent, service)
+    assert body["ok"] is True or body["job_failed"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rescale_delivers_sigterm_to_the_workers(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, service = agents("n0")
+    job_dir = tmp_path / "j-1"
+    start = user_command(agent, job_dir, code_dir, "wait-for-sigterm")
+    agent._execute(start)
+    wait_until(lambda: acked(agent, service), 240, "joined")
+    wait_until(lambda: (job_dir / "out" / "ready-0").exists(), 120, "SIGTERM handler installed")
+    old = agent.generation
+    assert old is not None and agent.heartbeat_body()["job_state"] == "running"
+
+    rescale = {
+        **start,
+        "command_id": 8,
+        "kind": "rescale",
+        "rendezvous_id": "j-1-g2",
+        "rendezvous_endpoint": f"127.0.0.1:{agent.config.ports[1]}",
+    }
+    agent._execute(rescale)  # ends the old generation before it launches the new one
+
+    assert (job_dir / "out" / "sigterm-0").exists()  # its handler ran: not killed outright
+    assert old.process.poll() is not None
+    assert launcher.outcome(old) == launcher.Outcome(None)  # our stop: neither end nor failure
+    assert agent.generation is not old and agent.generation.rendezvous_id == "j-1-g2"
