@@ -49,9 +49,10 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
     (f) normalisation s_j: j's whole term is divided by s_j = 1 (raw samples, the default
         weights), r_j(1, d0) with ``Weights.speedup`` (goodput in one-node equivalents: the
         "speedup" variant of BFTrainer's admin-defined metrics), or
-        rho_j = max_{n >= 1} r_j(n, d0) / n with ``Weights.node_seconds`` (goodput in
-        dedicated node-seconds: what the replay's ``harvest`` counts, so every model's node
-        time weighs alike and a slow model is not starved by a fast one).
+        rho_j = max_{n >= 1, d} r_j(n, d) p_j(d) / n (over depth 0 and the measured depths)
+        with ``Weights.node_seconds`` (goodput in dedicated node-seconds: what the replay's
+        ``harvest`` counts, so every model's node time weighs alike and a slow model is not
+        starved by a fast one).
     (g) early finish: + beta * max(0, r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)) - R_j),
         samples: what the option would train beyond R_j within the horizon, at weight
         beta = ``Weights.early_finish``, default 0.9, in [0, 1]. A job that finishes within the

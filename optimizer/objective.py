@@ -51,12 +51,11 @@ def one_node_rate(job: Job, table: ScalabilityTable) -> float:
 
 
 def best_per_node_rate(job: Job, table: ScalabilityTable) -> float:
-    """The best samples/s per node of the job's model at its smallest measured depth.
+    """The best progress per node-second of the job's model, samples/s (rho_j of eq. (f)).
 
-    The unit of the ``node_seconds`` normalisation (eq. (f)); floored at 1e-9.
+    The unit of the ``node_seconds`` normalisation; floored at 1e-9.
     """
-    depth = table.depths(job.model)[0]
-    return max(table.best_per_node_samples_per_s(job.model, depth), 1e-9)
+    return max(table.best_progress_per_node_s(job.model), 1e-9)
 
 
 def score_options(

@@ -176,12 +176,27 @@ class ScalabilityTable(BaseModel):
             )
         return np.interp(nodes, counts, rates)
 
-    def best_per_node_samples_per_s(self, model: str, spb_depth: int = 0) -> float:
-        """The largest samples/s per node of ``model`` at ``spb_depth`` over its measured
-        counts >= 1: what one node of a job of this model trains in a second at best."""
-        counts, rates, _ = self._curve(model, spb_depth)
-        used = counts > 0
-        return float(np.max(rates[used] / counts[used]))
+    def best_progress_per_node_s(self, model: str) -> float:
+        """Full-backprop progress per node-second of ``model`` at its best: the largest
+        samples_per_s x progress_per_sample / nodes over its counts >= 1 and its depths
+        (depth 0 and the measured ones; derived rows do not count), samples/s.
+
+        Raises:
+            KeyError: ``model`` is not in the table.
+        """
+        self.depths(model)  # KeyError naming an unknown model
+        return self._best_progress[model]
+
+    @cached_property
+    def _best_progress(self) -> dict[str, float]:
+        best: dict[str, float] = {}
+        for (model, depth), (counts, rates, progress) in self._curves.items():
+            if depth > 0 and not self.measured(model, depth):
+                continue
+            used = counts > 0
+            rate = float(np.max(rates[used] * progress / counts[used]))
+            best[model] = max(best.get(model, 0.0), rate)
+        return best
 
     def progress_per_sample(self, model: str, spb_depth: int = 0) -> float:
         """Samples of full-backprop progress one sample at ``spb_depth`` is worth, in (0, 1]."""
@@ -326,8 +341,8 @@ class Weights(BaseModel):
         speedup: divide each job's term by its one-node rate (the "speedup" variant of
             BFTrainer's admin-defined metrics, arXiv 2106.12091), so small and large models
             weigh alike.
-        node_seconds: divide each job's term by its model's best per-node samples/s
-            (:meth:`ScalabilityTable.best_per_node_samples_per_s`), so goodput counts in
+        node_seconds: divide each job's term by its model's best progress per node-second
+            (:meth:`ScalabilityTable.best_progress_per_node_s`), so goodput counts in
             dedicated node-seconds of work: the replay's ``harvest``, comparable across
             models, so a slow model's node is worth as much as a fast one's. Not with
             ``speedup``.

@@ -128,7 +128,7 @@ def test_node_seconds_divides_by_the_best_rate_per_node_not_the_one_node_rate() 
     # 100 samples/s on 1 node, 220 on 2 (superlinear, e.g. a cache effect): the best per node
     # is 110, so 2 nodes for 100 s are worth 22,000 / 110 = 200 node-seconds (speedup: 220).
     rates = table(m=(100, 220))
-    assert rates.best_per_node_samples_per_s("m") == 110.0
+    assert rates.best_progress_per_node_s("m") == 110.0
     alone = (job("a", "m", 2),)
     assert solve(problem(alone, rates, 2, node_seconds=True)).objective == pytest.approx(200.0)
     assert solve(problem(alone, rates, 2, speedup=True)).objective == pytest.approx(220.0)
