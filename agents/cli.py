@@ -1,6 +1,7 @@
 """``interstice agent``: run the node agent of this node (see interstice.agents.agent)."""
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -9,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from interstice import wire
 from interstice.errors import fail
 
 
@@ -36,16 +38,36 @@ def _parse_signal(text: str) -> signal.Signals:
         fail(f"--preempt-signal {text!r}: no such signal (e.g. TERM, INT, USR2)")
 
 
+def _read_token(token: str | None, token_file: Path | None) -> str:
+    """The agent's token from --token/INTERSTICE_AGENT_TOKEN or --token-file; then it leaves
+    this process's environment, so nothing the agent starts inherits it."""
+    os.environ.pop(wire.ENV_AGENT_TOKEN, None)
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as error:
+            fail(f"--token-file {str(token_file)!r}: {error.strerror}")
+    if not token:
+        fail(f"--token: give the agent's token ({wire.ENV_AGENT_TOKEN} or --token-file)")
+    return token
+
+
 def agent(
     server: Annotated[str, typer.Option(help="Base URL of the service, e.g. http://head:8000.")],
     token: Annotated[
-        str,
+        str | None,
         typer.Option(
-            envvar="INTERSTICE_AGENT_TOKEN",
-            help="Bearer token of role agent (interstice token create --role agent); "
-            "prefer the environment variable, which ps does not show.",
+            envvar=wire.ENV_AGENT_TOKEN,
+            help="Bearer token of role agent (interstice token create --role agent). "
+            "A --token on the command line is visible in ps to every user of the node: "
+            f"prefer ${wire.ENV_AGENT_TOKEN} or --token-file.",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding the agent's token (mode 0600), instead of --token."),
+    ] = None,
     node: Annotated[
         str | None,
         typer.Option(help="This node's name, as the scheduler names it.", show_default="hostname"),
@@ -67,7 +89,8 @@ def agent(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            help="Folder for run directories, worker status and logs.",
+            help="Folder for the jobs' run directories (stop and progress files) and "
+            "launcher logs.",
             show_default="/tmp/interstice-agent-NODE",
         ),
     ] = None,
@@ -79,7 +102,12 @@ def agent(
         ),
     ] = False,
     nproc_per_node: Annotated[
-        int, typer.Option(min=1, help="Worker processes on this node (one per GPU on GPU nodes).")
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes on this node for jobs that do not say (a job's "
+            "nproc_per_node, e.g. auto = one per visible GPU, wins).",
+        ),
     ] = 1,
     devices: Annotated[
         str, typer.Option(help="Comma-separated devices reported to the service, e.g. cuda:0.")
@@ -122,6 +150,7 @@ def agent(
     """
     from interstice.agents.agent import Agent, AgentConfig
 
+    token = _read_token(token, token_file)
     node_name = node or socket.gethostname()
     if host is None:
         try:

@@ -337,7 +337,8 @@ def clean_environment(environ: Mapping[str, str], secrets: Sequence[str] = ()) -
     """The base environment of a job's processes: ``environ`` without the agent's secrets.
 
     Dropped: every ``INTERSTICE_*`` variable (the agent token, the service's settings; the
-    job's own ``INTERSTICE_*`` are added per job), torch elastic's per-run variables, and any
+    job's own ``INTERSTICE_*`` are added per job) but the Slurm placeholder job's marker
+    (the Epilog finds leftover workers by it), torch elastic's per-run variables, and any
     variable whose value is one of ``secrets``.
 
     Args:
@@ -350,7 +351,11 @@ def clean_environment(environ: Mapping[str, str], secrets: Sequence[str] = ()) -
     return {
         name: value
         for name, value in environ.items()
-        if not name.startswith(("INTERSTICE_", "TORCHELASTIC_")) and value not in secrets
+        if value not in secrets
+        and (
+            name == wire.ENV_SLURM_JOB_MARKER
+            or not name.startswith(("INTERSTICE_", "TORCHELASTIC_"))
+        )
     }
 
 

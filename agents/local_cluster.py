@@ -10,7 +10,6 @@ step logs (``interstice.agents.rundir``).
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,19 +21,9 @@ from typing import Any
 import httpx
 from interstice.agents import launcher
 
+from interstice.ports import free_ports
+
 ROLES = ("admin", "scheduler", "user", "agent")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def interstice_command() -> list[str]:

@@ -26,15 +26,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from interstice.agents.slurm_config import AgentConf
 from interstice.agents.slurm_env import SlurmJobEnv
+
+from interstice import wire
 
 POLL_S = 0.05
 """How often the Epilog checks whether the agent has exited, in seconds."""
 
-JOB_MARKER = "INTERSTICE_SLURM_JOB_ID"
+JOB_MARKER = wire.ENV_SLURM_JOB_MARKER
 """Environment variable naming the placeholder job in the agent and every process it starts;
 the Epilog kills the processes that carry their job's id."""
+
+START_TOLERANCE_S = 0.02
+"""Two start times closer than this are one process's (psutil derives them from clock ticks,
+0.01 s)."""
 
 AGENT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """PATH of the agent; slurmd gives its Prolog an environment without one."""
@@ -103,7 +110,7 @@ def agent_environment(conf: AgentConf, job_id: str) -> dict[str, str]:
     return {
         "PATH": AGENT_PATH,
         "HOME": str(conf.workdir),
-        "INTERSTICE_AGENT_TOKEN": conf.agent_token,
+        wire.ENV_AGENT_TOKEN: conf.agent_token,
         JOB_MARKER: job_id,
     }
 
@@ -146,8 +153,8 @@ def start_agent(conf: AgentConf, job: SlurmJobEnv) -> int | None:
             extra_groups=os.getgrouplist(account.pw_name, account.pw_gid) if account else None,
         )
     # The Popen child is not reaped before the Prolog exits, so its stat is there to read.
-    started = _start_ticks(process.pid, zombie_ok=True)
-    pid_file(conf, job.job_id).write_text(f"{process.pid} {started}\n")
+    started = _started_at(process.pid, zombie_ok=True)
+    pid_file(conf, job.job_id).write_text(f"{process.pid} {started!r}\n")
     return process.pid
 
 
@@ -168,20 +175,21 @@ def stop_agent(conf: AgentConf, job_id: str) -> AgentStop | None:
     """
     path = pid_file(conf, job_id)
     try:
-        pid, started = (int(field) for field in path.read_text().split())
+        pid_text, started_text = path.read_text().split()
+        pid, started = int(pid_text), float(started_text)
     except (FileNotFoundError, ValueError):
         path.unlink(missing_ok=True)
         return None
     # The pid may have been reused since the Prolog: signal only the process it started.
-    ours = _start_ticks(pid) == started
+    ours = _same_start(_started_at(pid), started)
     begun = time.monotonic()
     exited = True
     if ours:
         os.kill(pid, conf.signal_number)
         deadline = begun + conf.grace_s
-        while _start_ticks(pid) is not None and time.monotonic() < deadline:
+        while _started_at(pid) is not None and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        exited = _start_ticks(pid) is None
+        exited = _started_at(pid) is None
     for leftover in processes_with_env(f"{JOB_MARKER}={job_id}"):
         try:
             os.kill(leftover, signal.SIGKILL)
@@ -203,33 +211,34 @@ def processes_with_env(entry: str) -> list[int]:
         entry: one environment entry, matched whole.
 
     Returns:
-        The pids, from ``/proc/<pid>/environ`` (all processes when run as root, else the
+        The pids (psutil reads every process's environment when run as root, else only the
         caller's own).
     """
-    needle = entry.encode()
+    name, _, value = entry.partition("=")
     pids = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if needle in environ.read_bytes().split(b"\0"):
-                pids.append(int(environ.parent.name))
-        except OSError:
-            continue
+    for process in psutil.process_iter(["environ"]):
+        environ = process.info["environ"]  # None where access is denied
+        if environ is not None and environ.get(name) == value:
+            pids.append(process.pid)
     return pids
 
 
-def _start_ticks(pid: int, zombie_ok: bool = False) -> int | None:
-    """A process's start time in clock ticks since boot; None if gone or a zombie.
+def _started_at(pid: int, zombie_ok: bool = False) -> float | None:
+    """A process's start time (Unix seconds, clock-tick precision); None if gone or a zombie.
 
     A zombie counts as gone: in a container, PID 1 may never reap a detached agent. With
     ``zombie_ok`` a zombie's start time is returned (the Prolog records an agent that died at
     once, before the Prolog reaped it).
     """
     try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE and not zombie_ok:
+            return None
+        return process.create_time()
+    except psutil.NoSuchProcess:
         return None
-    # Fields after the command name (which may hold spaces) start with the state, field 3.
-    fields = stat_line.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X") and not zombie_ok:
-        return None
-    return int(fields[19])
+
+
+def _same_start(first: float | None, second: float | None) -> bool:
+    """Whether two start times are one process's (equal to within one clock tick)."""
+    return first is not None and second is not None and abs(first - second) < START_TOLERANCE_S

@@ -78,6 +78,10 @@ JOB_ENV_VARS: tuple[str, ...] = (
 # The agent's credential: never in a job's environment.
 ENV_AGENT_TOKEN = "INTERSTICE_AGENT_TOKEN"
 
+# The Slurm placeholder job of the agent, in the agent's and its workers' environment: the
+# Epilog kills the processes that carry it (agents/slurm_hooks.py).
+ENV_SLURM_JOB_MARKER = "INTERSTICE_SLURM_JOB_ID"
+
 # -- command placeholders ---------------------------------------------------------------
 
 PLACEHOLDERS: tuple[str, ...] = (

@@ -6,12 +6,15 @@ model and an unreachable rendezvous end in an error ack, not in a crash.
 """
 
 import json
+import os
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+import typer
 from interstice.agents.agent import Agent, AgentConfig
+from interstice.agents.cli import _read_token
 from interstice.agents.client import ServiceClient
 from interstice.agents.launcher import Launcher
 from interstice.agents.protocol import BadCommand, parse_command
@@ -122,6 +125,19 @@ def test_bad_commands_are_acked_with_their_error_and_the_agent_keeps_going(
     assert acks[0][1]["ok"] is False and "world_size 1 is outside" in acks[0][1]["error"]
     assert acks[1][1]["ok"] is False and "unknown job 'j-404'" in acks[1][1]["error"]
     assert agent.generation is None
+
+
+def test_the_agent_reads_its_token_then_drops_it_from_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INTERSTICE_AGENT_TOKEN", "from-env")
+    assert _read_token("from-env", None) == "from-env"
+    assert "INTERSTICE_AGENT_TOKEN" not in os.environ  # nothing the agent starts inherits it
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    assert _read_token(None, token_file) == "from-file"
+    with pytest.raises(typer.Exit):
+        _read_token(None, tmp_path / "missing")
 
 
 def test_an_agent_the_service_forgot_registers_again(tmp_path: Path) -> None:

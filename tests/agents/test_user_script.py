@@ -159,8 +159,12 @@ def test_the_workers_environment_holds_no_agent_credential() -> None:
         "INTERSTICE_DATABASE_URL": "sqlite:///x",
         "MY_COPY_OF_THE_TOKEN": AGENT_TOKEN,
         "TORCHELASTIC_RUN_ID": "old",
+        "INTERSTICE_SLURM_JOB_ID": "5",  # kept: the Epilog finds leftover workers by it
     }
-    assert clean_environment(environ, [AGENT_TOKEN]) == {"PATH": "/usr/bin"}
+    assert clean_environment(environ, [AGENT_TOKEN]) == {
+        "PATH": "/usr/bin",
+        "INTERSTICE_SLURM_JOB_ID": "5",
+    }
 
 
 @pytest.mark.parametrize(
