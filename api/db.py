@@ -54,12 +54,34 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(engine: Engine) -> None:
-    """Upgrade the schema to the newest migration (idempotent)."""
+@contextmanager
+def migration_config(engine: Engine) -> Iterator[Config]:
+    """Alembic configuration on one connection of ``engine``, inside a transaction.
+
+    On SQLite, foreign keys are off meanwhile: a batch migration recreates a table that
+    others reference (``jobs``), which ``PRAGMA foreign_keys=ON`` would refuse on a database
+    with rows. The pragma takes effect only outside a transaction, hence before ``begin``.
+    """
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as connection:
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        try:
+            with connection.begin():
+                config.attributes["connection"] = connection
+                yield config
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the schema to ``revision``, by default the newest migration (idempotent)."""
+    with migration_config(engine) as config:
+        command.upgrade(config, revision)
 
 
 def wait_until_reachable(engine: Engine, timeout_s: float) -> None:

@@ -22,6 +22,11 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":  # its batch copy casts, which truncates
+        op.execute(
+            "UPDATE jobs SET total_samples = CAST(total_samples AS INTEGER) + 1 "
+            "WHERE total_samples > CAST(total_samples AS INTEGER)"
+        )
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.alter_column("model", existing_type=sa.String(length=200), nullable=True)
         batch_op.alter_column(

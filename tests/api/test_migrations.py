@@ -1,0 +1,59 @@
+"""Migration 0002 on a database written by 0001: existing jobs keep their values under the
+new names (batch_size -> global_batch_size, checkpoint_dir -> job_dir, total_samples an
+integer), the new columns get their defaults, and the downgrade restores 0001's schema."""
+
+from __future__ import annotations
+
+from alembic import command
+from interstice.api import db as database
+from interstice.api.tables import Job, Rescale
+from sqlalchemy import inspect, text
+from sqlalchemy.orm import Session
+
+
+def _migrate(engine, revision: str, down: bool = False) -> None:  # type: ignore[no-untyped-def]
+    with database.migration_config(engine) as config:
+        (command.downgrade if down else command.upgrade)(config, revision)
+
+
+def test_0002_keeps_the_jobs_of_0001(db_url: str) -> None:
+    engine = database.make_engine(db_url)
+    _migrate(engine, "0001")
+    with engine.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO tokens (id, name, role, token_sha256, created_at) "
+                "VALUES (1, 'u', 'user', 'x', '2026-01-01 00:00:00')"
+            )
+        )
+        c.execute(
+            text(
+                "INSERT INTO jobs (id, owner_token_id, state, model, min_nodes, max_nodes, "
+                "total_samples, samples_done, priority, parallelism, batch_size, rescale_up_s, "
+                "rescale_down_s, entrypoint, command, checkpoint_dir, spb_depth, generation, "
+                "failed_commands, submitted_at) VALUES (1, 1, 'running', 'tinycnn', 1, 2, "
+                "1500.5, 10, 1, 'dp', 32, 18, 12, NULL, NULL, '/c/j-1', 0, 1, 0, "
+                "'2026-01-01 00:00:00')"
+            )
+        )
+        c.execute(
+            text(
+                "INSERT INTO rescales (id, job_id, at, from_nodes, to_nodes, from_spb_depth, "
+                "to_spb_depth, reason) VALUES (1, 1, '2026-01-01 00:00:01', '[]', '[\"n1\"]', "
+                "0, 0, 'allocation')"
+            )
+        )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        job = session.get_one(Job, 1)
+        assert (job.global_batch_size, job.total_samples, job.job_dir) == (32, 1501, "/c/j-1")
+        assert (job.env, job.nproc_per_node, job.workdir, job.error) == ({}, "auto", None, None)
+        assert (job.last_step, job.last_loss, job.world_size, job.generation_step) == (None,) * 4
+        rescale = session.get_one(Rescale, 1)
+        assert (rescale.to_nodes, rescale.generation, rescale.cost_s) == (["n1"], None, None)
+    _migrate(engine, "0001", down=True)
+    columns = {c["name"] for c in inspect(engine).get_columns("jobs")}
+    assert {"batch_size", "checkpoint_dir"} <= columns
+    assert not {"global_batch_size", "job_dir", "env"} & columns
+    assert "job_metrics" not in inspect(engine).get_table_names()
+    engine.dispose()
