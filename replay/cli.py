@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 POLICIES = ("milp", "greedy", "equal-share", "rigid")
-OBJECTIVES = ("throughput", "speedup")
+OBJECTIVES = ("throughput", "speedup", "node-seconds")
 
 
 def replay(
@@ -69,9 +69,11 @@ def replay(
         "as BFTrainer). On a 24 h replay 0.9 trained the most, 0 5 % less at --horizon 60 and "
         "57 % less at auto (optimizer/formulation.py).",
     ),
-    objective: str = typer.Option(
-        "throughput",
-        help="throughput (samples) or speedup (each job's term divided by its one-node rate).",
+    objective: str | None = typer.Option(
+        None,
+        help="throughput (samples), speedup (each job's term divided by its one-node rate) or "
+        "node-seconds (divided by its model's best progress per node-second: dedicated "
+        "node-seconds of work, the harvest's unit) (default: the optimizer's Weights default).",
     ),
     fairness: float = typer.Option(0.0, help="Weight of the concave fair-share term, >= 0."),
     churn: float = typer.Option(
@@ -127,7 +129,7 @@ def replay(
         fail(f"--hours must be > 0, got {hours}")
     if max_active_jobs is not None and max_active_jobs < 1:
         fail(f"--max-active-jobs must be >= 1, got {max_active_jobs}")
-    if objective not in OBJECTIVES:
+    if objective is not None and objective not in OBJECTIVES:
         fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     for option, value in (
         ("--fairness", fairness),
@@ -222,13 +224,27 @@ def replay(
         "equal-share": equal_share,
     }
     order = [policy] + ([] if no_baselines else [p for p in POLICIES if p != policy])
+    normalisation = {}
+    if objective is not None:
+        normalisation = {
+            "speedup": objective == "speedup",
+            "node_seconds": objective == "node-seconds",
+        }
     weights = Weights(
-        speedup=objective == "speedup",
+        **normalisation,
         fairness=fairness,
         churn=churn,
         priority=priority_weight,
         early_finish=early_finish,
     )
+    if objective is None:
+        objective = (
+            "speedup"
+            if weights.speedup
+            else "node-seconds"
+            if weights.node_seconds
+            else "throughput"
+        )
     options = ReplayOptions(
         max_active_jobs=max_active_jobs,
         learn=learn,

@@ -109,7 +109,7 @@ BAD_ARGS = [
     (["--nodes", "0"], "--nodes must be within 1..4"),
     (["--early-finish", "2"], "--early-finish must be within [0, 1]"),
     (["--early-finish", "-0.1"], "--early-finish must be within [0, 1]"),
-    (["--objective", "joy"], "--objective must be one of throughput, speedup"),
+    (["--objective", "joy"], "--objective must be one of throughput, speedup, node-seconds"),
     (["--fairness", "-1"], "--fairness must be a finite number >= 0"),
     (["--churn", "inf"], "--churn must be a finite number >= 0"),
     (["--priority-weight", "-1"], "--priority-weight must be a finite number >= 0"),
