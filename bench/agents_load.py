@@ -268,7 +268,12 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 "POST",
                 "/v1/jobs",
                 headers=user,
-                json={"model": "benchnet", "min_nodes": 1, "max_nodes": 32, "total_samples": 1e12},
+                json={
+                    "model": "benchnet",
+                    "min_nodes": 1,
+                    "max_nodes": 32,
+                    "total_samples": 10**12,
+                },
             )
         began = time.perf_counter()
         while (
