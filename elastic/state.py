@@ -14,13 +14,14 @@ on every rank at the same step by construction.
 """
 
 import io
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from interstice.elastic import env
+from interstice.elastic import env, sharded
 from interstice.elastic.sampler import ElasticSampler
 from interstice.elastic.signals import StopSignals
 from torch.nn.parallel import DistributedDataParallel
@@ -89,7 +90,7 @@ def is_sharded(model: torch.nn.Module) -> bool:
         >>> is_sharded(torch.nn.Linear(2, 2))
         False
     """
-    return any(getattr(module, "shard_dims", None) for module in unwrap(model).modules())
+    return bool(sharded.shard_dims(unwrap(model)))
 
 
 class State:
@@ -277,14 +278,22 @@ class State:
             self._agree(None)
         return self._stop
 
-    def _payload(self) -> dict[str, Any]:
+    def _payload(self, sharded_folder: str | None) -> dict[str, Any]:
+        model = unwrap(self.model)
         return {
             "format": CHECKPOINT_FORMAT,
             "steps": self.steps,
             "samples": self.samples,
             "world_size": dist.get_world_size(),
-            "model": unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "sharded": sharded_folder,
+            "model": (
+                sharded.replicated_model_state(model) if sharded_folder else model.state_dict()
+            ),
+            "optimizer": (
+                sharded.replicated_optimizer_state(model, self.optimizer)
+                if sharded_folder
+                else self.optimizer.state_dict()
+            ),
             "sampler": self.sampler.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "extra": {
@@ -298,18 +307,28 @@ class State:
 
         Call it on every rank. Does nothing without a checkpoint dir or when this step is
         already saved. The file is ``<checkpoint_dir>/checkpoint.pt``; the newest replaces
-        the previous one with ``os.replace``, so a crash leaves the previous one whole.
+        the previous one with ``os.replace``, so a crash leaves the previous one whole. A
+        sharded model (:func:`is_sharded`) also has every rank write its slices into a
+        ``sharded-*`` folder beside it with ``torch.distributed.checkpoint`` first; the file
+        names that folder, and older folders are removed once it is written (see
+        :mod:`interstice.elastic.sharded`).
 
         Raises:
-            NotImplementedError: the model is sharded (:func:`is_sharded`).
-            OSError: the checkpoint cannot be written (rank 0).
+            OSError: the checkpoint cannot be written.
         """
         if self.checkpoint_path is None or self._saved_at_step == self.steps:
             return
+        folder_name = None
         if is_sharded(self.model):
-            raise NotImplementedError("checkpoints of sharded models are not written yet")
+            names = [f"sharded-{self.steps}-{time.time_ns()}"]
+            dist.broadcast_object_list(names, src=0)
+            folder_name = names[0]
+            sharded.save(self.checkpoint_dir / folder_name, unwrap(self.model), self.optimizer)
         if dist.get_rank() == 0:
-            write_torch(self.checkpoint_path, self._payload())
+            write_torch(self.checkpoint_path, self._payload(folder_name))
+            for old in self.checkpoint_dir.glob("sharded-*"):
+                if old.name != folder_name:
+                    shutil.rmtree(old, ignore_errors=True)
         dist.barrier()
         self._saved_at_step = self.steps
         self._saved_at_s = time.monotonic()
@@ -332,8 +351,13 @@ class State:
         payload = torch.load(path, map_location="cpu", weights_only=False)
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format {payload.get('format')!r}")
-        unwrap(self.model).load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        if payload["sharded"]:
+            folder = self.checkpoint_dir / payload["sharded"]
+            model, optimizer = unwrap(self.model), self.optimizer
+            sharded.load(folder, model, optimizer, payload["model"], payload["optimizer"])
+        else:
+            unwrap(self.model).load_state_dict(payload["model"])
+            self.optimizer.load_state_dict(payload["optimizer"])
         self.sampler.load_state_dict(payload["sampler"])
         if self.scheduler is not None and payload["scheduler"] is not None:
             self.scheduler.load_state_dict(payload["scheduler"])
