@@ -18,11 +18,11 @@ Data: ``SyntheticImages``, ``--dataset-size`` images of ``--num-classes`` noisy 
 prototypes; image ``i`` depends only on (seed, i), so every rank, run and world size sees the
 same data set, and the sampler's position alone says what was trained.
 
-Checkpoints: for ``dp`` and ``spb`` the State holds the model and the optimizer as they are
-(replicated). SplitBrain's classifier is sharded, and a sharded state loads only at the world
-size that wrote it; so the State holds ``FullState``, the trainer's unsharded state gathered
-on every rank before each save (a collective; the State writes on rank 0 alone). Either loads
-at any world size.
+Checkpoints: the State holds the trainer's model and optimizer as they are. SplitBrain's
+sharded classifier layers (marked by their ``shard_dims``) are written by every rank with
+``torch.distributed.checkpoint`` (``interstice.elastic.State`` does it), so every checkpoint
+resumes at any world size. The final model is always whole: SplitBrain's shards are gathered
+into the unsharded model first.
 
 The per-step log ``steps-<node>-<local_rank>.jsonl`` in the run directory (one line per
 resume, step and exit; ``agents.rundir``) is what the end-to-end test reads.
@@ -138,64 +138,6 @@ class SyntheticImages(torch.utils.data.Dataset):
         return self.prototypes_KCHW[label] + NOISE * noise_CHW, label
 
 
-class FullState:
-    """A trainer's unsharded state as a State checkpoints a model: gathered on every rank by
-    :meth:`gather` (a collective), then written by the State on rank 0.
-
-    Args:
-        trainer: a trainer of ``interstice.models`` (its ``state_dict`` is unsharded).
-    """
-
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self._gathered: dict | None = None
-
-    def gather(self) -> None:
-        """Gather the full state now; every rank must call it before ``State.save``."""
-        self._gathered = self.trainer.state_dict()
-
-    def modules(self) -> list[torch.nn.Module]:
-        """Nothing sharded here: the State may write this state from rank 0 alone."""
-        return []
-
-    def state_dict(self) -> dict:
-        """The state of the last :meth:`gather`.
-
-        Raises:
-            RuntimeError: nothing gathered yet.
-        """
-        if self._gathered is None:
-            raise RuntimeError("FullState.gather() must run on every rank before a save")
-        return self._gathered
-
-    def load_state_dict(self, state: dict) -> None:
-        """Load a full state written at any world size."""
-        self.trainer.load_state_dict(state)
-
-
-class _Weights:
-    """Model weights already gathered, as ``elastic.save_final`` saves a model."""
-
-    def __init__(self, state: dict) -> None:
-        self._state = state
-
-    def modules(self) -> list[torch.nn.Module]:
-        return []
-
-    def state_dict(self) -> dict:
-        return self._state
-
-
-class _NoOptimizer:
-    """The optimizer slot of a State whose model entry (``FullState``) carries the momentum."""
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
 class StepLog:
     """Appends this rank's ``resume``, ``step`` and ``exit`` lines to the run dir's step log."""
 
@@ -224,6 +166,17 @@ class StepLog:
             self._file.close()
 
 
+def whole_model(trainer: Any, args: argparse.Namespace) -> torch.nn.Module:
+    """The trained model, unsharded (SplitBrain's shards gathered: a collective)."""
+    from interstice.models.zoo import build_blocks
+
+    if args.parallelism != "splitbrain":
+        return trainer.model
+    model = build_blocks(args.model, args.num_classes)
+    model.load_state_dict(trainer.state_dict()["model"])
+    return model
+
+
 def train(args: argparse.Namespace, ctx: elastic.Context) -> str:
     """Resume the job from its checkpoint and train until the budget or a stop.
 
@@ -247,22 +200,15 @@ def train(args: argparse.Namespace, ctx: elastic.Context) -> str:
     dataset = SyntheticImages(args.dataset_size, args.num_classes, args.image_size, args.seed)
     sampler = elastic.ElasticSampler(len(dataset), args.global_batch_size, seed=args.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
-    sharded = args.parallelism == "splitbrain"
-    full_state = FullState(trainer) if sharded else None
     state = elastic.State(
-        model=full_state if sharded else trainer.model,
-        optimizer=_NoOptimizer() if sharded else trainer.optimizer,
+        model=trainer.model,
+        optimizer=trainer.optimizer,
         sampler=sampler,
         checkpoint_dir=args.checkpoint_dir,
+        save_every_steps=args.checkpoint_every,
         total_samples=args.total_samples,
         run_dir=args.run_dir,
     )
-
-    def save() -> None:
-        if full_state is not None:
-            full_state.gather()
-        state.save()
-
     state.load()
     trainer.step_count = state.steps  # SPB's rotation of full workers follows the step
     log = StepLog(args.run_dir, args.node, ctx)
@@ -275,15 +221,12 @@ def train(args: argparse.Namespace, ctx: elastic.Context) -> str:
                 state.step(loss_sum=loss * len(y_B))
                 log.write("step", state.steps, loss=loss)
                 elastic.report(step=state.steps, samples=state.samples, loss=state.loss)
-                if state.steps % args.checkpoint_every == 0:
-                    save()
                 if state.should_stop():
                     break
-        save()
+        state.save()
         outcome = "finished" if state.finished else "stopped"
         if state.finished:
-            weights = _Weights(full_state.state_dict()["model"]) if sharded else trainer.model
-            elastic.save_final(weights)
+            elastic.save_final(whole_model(trainer, args))
         elastic.report(step=state.steps, samples=state.samples, loss=state.loss, state=outcome)
         log.write("exit", state.steps, outcome=outcome)
     finally:
