@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from interstice.elastic import env
+from interstice.elastic import env, sharded
 from interstice.elastic.state import is_sharded, unwrap, write_torch
 
 from interstice import wire
@@ -13,12 +13,13 @@ from interstice import wire
 def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
     """Write the trained model's state dict (rank 0, atomically); call it on every rank.
 
-    The file holds ``unwrap(model).state_dict()`` (no DDP ``module.`` prefix), so
-    ``Net().load_state_dict(torch.load(path))`` restores it. Every rank waits until it is
-    written.
+    The file holds ``unwrap(model).state_dict()`` (no DDP ``module.`` prefix; a sharded
+    model's slices joined whole, see :func:`interstice.elastic.sharded.full_state_dict`), so
+    ``Net().load_state_dict(torch.load(path))`` restores it into the unsharded model. Every
+    rank waits until it is written.
 
     Args:
-        model: the trained model (DDP-wrapped or not; replicated, not sharded).
+        model: the trained model (DDP-wrapped or not, replicated or sharded).
         path: destination file; None: ``<job_dir>/final/model.pt``, or, without a job dir
             (plain ``torchrun``), ``<checkpoint_dir>/final/model.pt`` (the State's checkpoint
             dir; see :func:`interstice.elastic.env.output_dir`).
@@ -28,7 +29,6 @@ def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
 
     Raises:
         ValueError: ``path`` is None and there is neither a job dir nor a checkpoint dir.
-        NotImplementedError: the model is sharded.
         OSError: the file cannot be written (rank 0).
 
     Example:
@@ -46,10 +46,10 @@ def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
             raise ValueError("save_final needs a path: there is no job dir nor checkpoint dir")
         path = wire.final_dir(base) / wire.FINAL_MODEL_FILE
     path = Path(path)
-    if is_sharded(model):
-        raise NotImplementedError("save_final of a sharded model is not written yet")
+    model = unwrap(model)
+    state = sharded.full_state_dict(model) if is_sharded(model) else model.state_dict()
     if ctx.rank == 0:
-        write_torch(path, unwrap(model).state_dict())
+        write_torch(path, state)
     if dist.is_initialized():
         dist.barrier()
     return path

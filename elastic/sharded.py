@@ -91,6 +91,21 @@ def _tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[s
     return found
 
 
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict with every sharded parameter joined whole (a collective).
+
+    Each sharded tensor is gathered from all ranks (``all_gather_object``: slices may differ
+    in size) and concatenated along its dimension, so it loads into the unsharded model.
+    """
+    dims = shard_dims(model)
+    state = model.state_dict()
+    for name in sorted(dims):
+        slices: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(slices, state[name].detach().cpu())
+        state[name] = torch.cat(slices, dims[name])
+    return state
+
+
 def save(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Every rank writes its slices of the sharded tensors into ``folder`` (a collective)."""
     with _quiet():

@@ -1,4 +1,4 @@
-"""Checkpoints of a SplitBrain-sharded model: written at 2 ranks, resumed at 3 (uneven)."""
+"""A SplitBrain-sharded model: checkpoint written at 2 ranks, resumed at 3 (uneven), final."""
 
 import pytest
 import torch
@@ -56,7 +56,8 @@ def resume(rank: int, world_size: int, folder: str) -> dict:
     state = elastic.State(model=model, optimizer=optimizer, sampler=sampler, checkpoint_dir=folder)
     assert state.load() and state.steps == 2
     state._signals.restore()
-    return {"params": model.state_dict(), "adam": optimizer.state_dict()["state"]}
+    final = elastic.save_final(model, f"{folder}/final.pt")
+    return {"params": model.state_dict(), "adam": optimizer.state_dict()["state"], "final": final}
 
 
 def joined(parts: list[dict], name: str, dim: int | None) -> torch.Tensor:
