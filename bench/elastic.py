@@ -15,7 +15,10 @@ checkpoint (model + AdamW state + sampler): ``State.save`` and ``State.load`` wa
 
 Prints JSON lines: ``{"bench": "loop", ..., "overhead"}`` with ``overhead = 1 - median of
 elastic/ddp steps/s ratios`` (goal <= 0.02; ``overhead_min``/``_max``: the rounds' spread),
-and ``{"bench": "checkpoint", ...}``.
+``state_step_ms`` (median wall time of ``State.step`` + ``report`` + ``should_stop``, the
+elastic loop's own work, which includes waiting for the slowest rank at its all-reduce) and
+``state_step_share`` (that time times the elastic steps/s: its share of a step, a bound on
+the overhead that the machine's noise does not blur), and ``{"bench": "checkpoint", ...}``.
 Example:
     nice -n 10 python bench/elastic.py --world-size 2 --global-batch-size 32
 """
@@ -92,6 +95,7 @@ def measure(rank: int, world_size: int, args: argparse.Namespace) -> list[dict] 
     state = elastic.State(model=ddp, optimizer=optimizer, sampler=sampler,
                           checkpoint_dir=work / "checkpoints", run_dir=work)  # fmt: skip
     batches = _endless(DataLoader(train_set, batch_sampler=sampler))
+    bookkeeping_s: list[float] = []
 
     def elastic_steps(steps: int) -> None:
         for _ in range(steps):
@@ -103,9 +107,12 @@ def measure(rank: int, world_size: int, args: argparse.Namespace) -> list[dict] 
                 (loss * scale).backward()
                 step_loss += loss.detach()
             optimizer.step()
+            started = time.perf_counter()
             state.step(loss_sum=step_loss)
             elastic.report(step=state.steps, samples=state.samples, loss=state.loss)
-            if state.should_stop():
+            stop = state.should_stop()
+            bookkeeping_s.append(time.perf_counter() - started)
+            if stop:
                 raise RuntimeError(f"stopped: {state.stop_reason}")
 
     plain_steps(3)
@@ -145,6 +152,8 @@ def measure(rank: int, world_size: int, args: argparse.Namespace) -> list[dict] 
             "overhead": round(1 - statistics.median(ratios), 4),
             "overhead_min": round(1 - max(ratios), 4),
             "overhead_max": round(1 - min(ratios), 4),
+            "state_step_ms": round(1000 * statistics.median(bookkeeping_s), 3),
+            "state_step_share": round(statistics.median(bookkeeping_s) * elastic_rate, 4),
         },
         {
             "bench": "checkpoint",
