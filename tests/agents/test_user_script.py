@@ -11,6 +11,9 @@ missing script, an argv too long for the OS and a fractional ``total_samples`` a
 """
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,11 +23,13 @@ import pytest
 from interstice.agents import launcher
 from interstice.agents.agent import Agent
 from interstice.agents.launcher import clean_environment
+from interstice.agents.protocol import parse_command
 from test_agent_commands import FakeService, make_agent
 
-from interstice import wire
+from interstice import files, wire
 
 AGENT_TOKEN = "agent-secret-7f3a"
+ARG_MAX = os.sysconf("SC_ARG_MAX")  # execve's limit on argv + env, bytes
 SCRIPT = """\
 import json, os, signal, sys, time
 import torch
@@ -175,8 +180,18 @@ def test_the_workers_environment_holds_no_agent_credential() -> None:
         ({"command": ["script.py", "x" * 200_000]}, "E2BIG"),
         ({"total_samples": 1.5}, "total_samples"),
         ({"command": []}, "empty argv"),
+        ({"env": {f"BIG_{i}": "x" * 100_000 for i in range(ARG_MAX // 100_000 + 2)}}, "E2BIG"),
+        ({"workdir": "/no/such/folder"}, "is not a folder"),
     ],
-    ids=["missing-script", "missing-program", "argv-too-long", "fractional-samples", "empty"],
+    ids=[
+        "missing-script",
+        "missing-program",
+        "argv-too-long",
+        "fractional-samples",
+        "empty",
+        "env-too-long",
+        "missing-workdir",
+    ],
 )
 def test_a_job_that_cannot_run_is_acked_job_failed_before_anything_starts(
     agents: MakeAgent, tmp_path: Path, code_dir: Path, job: dict, error: str
@@ -198,6 +213,74 @@ def test_a_node_side_refusal_is_not_a_job_failure(
     ((body),) = acked(agent, service)
     assert body["ok"] is False and body["job_failed"] is False
     assert "world_size 3 is outside" in body["error"]
+
+
+def ended_generation(agent: Agent, tmp_path: Path, code_dir: Path, exit_code: int) -> Any:
+    """A generation of ``j-1-g1`` whose launcher (a stand-in process) exited with
+    ``exit_code``, made the agent's current one."""
+    command = parse_command(user_command(agent, tmp_path / "j-1", code_dir, "train"))
+    process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({exit_code})"])
+    process.wait()
+    run_dir = wire.run_dir(agent.config.workdir, "j-1")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    generation = launcher.Generation(
+        command=command,
+        process=process,
+        run_dir=run_dir,
+        job_dir=tmp_path / "j-1",
+        log_path=tmp_path / "launcher.log",
+        result_path=tmp_path / "launcher.result.json",
+    )
+    agent.generation = generation
+    return generation
+
+
+def test_the_heartbeat_carries_the_generations_progress_and_its_end(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, _ = agents("n0")
+    generation = ended_generation(agent, tmp_path, code_dir, exit_code=0)
+    metrics = {f"m{i}": float(i) for i in range(40)}
+    for local_rank, (rendezvous_id, step) in enumerate([("j-1-g1", 7), ("j-1-g0", 99)]):
+        files.write_json_atomic(
+            wire.progress_path(generation.run_dir, local_rank),
+            {
+                "rendezvous_id": rendezvous_id,  # g0: an older generation's, ignored
+                "nodes": 2,
+                "step": step,
+                "samples": 8.0 * step,
+                "samples_per_s": 100.0,
+                "loss": 0.5,
+                "metrics": metrics,
+                "state": "finished",
+                "time": 1.0,
+            },
+        )
+    beat = agent.heartbeat_body()
+    assert beat["rendezvous_id"] == "j-1-g1" and beat["step"] == 7
+    assert beat["samples_done"] == 56.0 and beat["world_size"] == 2 and beat["loss"] == 0.5
+    assert len(beat["metrics"]) == wire.HEARTBEAT_METRICS_MAX
+    assert beat["job_state"] == "finished" and "error" not in beat
+
+    # A newer command of the job already waits: the end was a peer's stop, not the job's.
+    agent._commands.put({"command_id": 9, "job_id": "j-1"})
+    assert "job_state" not in agent.heartbeat_body()
+    agent._commands.get()
+    # Stopped by us: neither finished nor failed.
+    generation.stop_requested = True
+    assert "job_state" not in agent.heartbeat_body()
+
+
+def test_a_launcher_that_failed_for_the_node_fails_no_job(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, _ = agents("n0")
+    ended_generation(agent, tmp_path, code_dir, exit_code=launcher.EXIT_LAUNCH_FAILED)
+    assert "job_state" not in agent.heartbeat_body()
+    generation = ended_generation(agent, tmp_path, code_dir, exit_code=launcher.EXIT_BAD_JOB)
+    files.write_json_atomic(generation.result_path, {"error": "cannot start the workers: E2BIG"})
+    beat = agent.heartbeat_body()
+    assert beat["job_state"] == "failed" and "E2BIG" in beat["error"]
 
 
 @pytest.mark.slow
