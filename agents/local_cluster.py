@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from interstice.agents import launcher
 
+from interstice import wire
 from interstice.ports import free_ports
 
 ROLES = ("admin", "scheduler", "user", "agent")
@@ -147,7 +148,7 @@ class LocalCluster:
         workdir.mkdir(parents=True, exist_ok=True)
         ports = free_ports(2)
         # The nodes share this machine's cores: one thread per worker, or they thrash.
-        env = {**os.environ, "INTERSTICE_AGENT_TOKEN": self.tokens["agent"], "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, wire.ENV_AGENT_TOKEN: self.tokens["agent"], "OMP_NUM_THREADS": "1"}
         with (workdir / "agent.log").open("ab") as log:
             process = subprocess.Popen(
                 [
