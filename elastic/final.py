@@ -1,5 +1,6 @@
 """The trained model, where the job's owner finds it: ``<job_dir>/final/model.pt``."""
 
+import logging
 from pathlib import Path
 
 import torch
@@ -9,8 +10,10 @@ from interstice.elastic.state import is_sharded, unwrap, write_torch
 
 from interstice import wire
 
+logger = logging.getLogger(__name__)
 
-def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
+
+def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path | None:
     """Write the trained model's state dict (rank 0, atomically); call it on every rank.
 
     The file holds ``unwrap(model).state_dict()`` (no DDP ``module.`` prefix; a sharded
@@ -25,10 +28,10 @@ def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
             dir; see :func:`interstice.elastic.env.output_dir`).
 
     Returns:
-        The file written (the same path on every rank).
+        The file written (the same path on every rank); None when ``path`` is None and there
+        is neither a job dir nor a checkpoint dir (a warning is logged, nothing written).
 
     Raises:
-        ValueError: ``path`` is None and there is neither a job dir nor a checkpoint dir.
         OSError: the file cannot be written (rank 0).
 
     Example:
@@ -43,7 +46,8 @@ def save_final(model: torch.nn.Module, path: str | Path | None = None) -> Path:
     if path is None:
         base = env.output_dir()
         if base is None:
-            raise ValueError("save_final needs a path: there is no job dir nor checkpoint dir")
+            logger.warning("final model not saved: no path, no job dir, no checkpoint dir")
+            return None
         path = wire.final_dir(base) / wire.FINAL_MODEL_FILE
     path = Path(path)
     model = unwrap(model)
