@@ -2,8 +2,12 @@
 node x job formulation.
 
 Prints one JSON line per (case, backend): {"jobs", "nodes", "depths", "backend", "p50_s",
-"p99_s", "status"} over repeated solves (model building included; a fresh random instance
-per repeat, seeds 0..repeats-1), then one line with the speed-up of our count formulation
+"p99_s", "status", "cpu_p50_s", "cpu_p99_s"} over repeated solves (wall-clock and CPU
+seconds, CBC's subprocess included; model building included; a fresh random instance per
+repeat, seeds 0..repeats-1); one line per case with the binaries the solvers get
+(formulation's options, and those kept by the bound reduction (iii)) over the instances that
+needed a solver; the load average at start and end (the machine is shared: compare CPU
+times across runs, wall times only within one); then the speed-up of our count formulation
 over the node x job one on the small case, as a ratio of p50s measured in this process.
 
 Cases: 10 jobs x 128 nodes (depth 0 only; max_nodes 8-64) and 200 jobs x 10,000 nodes x 4
@@ -34,7 +38,8 @@ from collections import Counter
 import numpy as np
 import pulp
 from interstice.optimizer import BACKENDS, Problem, ScalabilityTable, greedy, solve
-from interstice.optimizer.formulation import Options, build_options
+from interstice.optimizer.formulation import Options, bound_reduction, build_options
+from interstice.optimizer.policies import greedy_choice
 from interstice.optimizer.synthetic import random_problem, with_synthetic_depths
 
 from interstice import data
@@ -124,6 +129,25 @@ def line(problem: Problem, depths: int, backend: str, timing: tuple) -> dict:
     }
 
 
+def binaries(problems: list[Problem]) -> dict:
+    """Median binaries before and after the bound reduction, over the problems a solver
+    gets (those whose LP relaxation is fractional)."""
+    before, after = [], []
+    for problem in problems:
+        options = build_options(problem)
+        chosen, price = greedy_choice(options, len(problem.idle_nodes))
+        if price is not None:
+            before.append(len(options.count))
+            keep = bound_reduction(options, len(problem.idle_nodes), price, chosen)
+            after.append(int(keep.sum()))
+    return {
+        "solver_instances": len(before),
+        "binaries_p50": float(np.median(before)) if before else None,
+        "kept_binaries_p50": float(np.median(after)) if after else None,
+        "kept_binaries_max": max(after, default=None),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats-small", type=int, default=50)
@@ -161,6 +185,7 @@ def main() -> None:
             found[backend] = timing[3]
             p50[(depths, backend)] = float(np.percentile(timing[0], 50))
             print(json.dumps(line(problems[0], depths, backend, timing)), flush=True)
+        print(json.dumps({"jobs": len(problems[0].jobs), "depths": depths, **binaries(problems)}))
         reference = np.array(found["cbc"])
         for backend, objectives in found.items():
             gap = float(np.max(np.abs(np.array(objectives) - reference) / np.abs(reference)))

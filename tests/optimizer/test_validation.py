@@ -94,3 +94,36 @@ def test_evaluate_rejects_a_count_below_min_and_two_jobs_on_one_node() -> None:
     shared = b.model_copy(update={"node_count": 1, "node_names": a.node_names[:1]})
     with pytest.raises(ValueError, match="another job has"):
         instance.evaluate(answer.model_copy(update={"jobs": (a, shared)}))
+
+
+# Depth 1 of "m" is derived (depth-0 rates times a ratio), not measured; 36 samples/s on 4
+# nodes at progress 0.9 would beat depth 0's 30 (32.4 samples of progress per second).
+DERIVED = ScalabilityTable.from_csv(
+    "model,nodes,samples_per_s,spb_depth,progress_per_sample,derived\n"
+    "m,1,10,0,1,false\nm,4,30,0,1,false\nm,4,36,1,0.9,true\n"
+)
+
+
+def test_a_derived_depth_is_never_offered_and_depth_zero_only_jobs_stay_at_zero() -> None:
+    instance = problem(scalability=DERIVED, idle_nodes=("n1", "n2", "n3", "n4"))
+    assert instance.depths_of(instance.jobs[0]) == (0,)
+    assert solve(instance).jobs[0].spb_depth == 0
+    # A job running at the derived depth may be moved off it, never put on it.
+    running = problem(scalability=DERIVED, jobs=(job(spb_depth=1),))
+    assert solve(running).jobs[0].spb_depth == 0
+    with pytest.raises(ValidationError, match="every depth it may run at has derived"):
+        problem(scalability=DERIVED, jobs=(job(spb_depths=(1,)),))
+    # Measured, the same row is chosen; a job whose workers take only depth 0 is not.
+    measured = ScalabilityTable(points=tuple(p.model_copy(update={"derived": False})
+                                             for p in DERIVED.points))  # fmt: skip
+    four = ("n1", "n2", "n3", "n4")
+    assert solve(problem(scalability=measured, idle_nodes=four)).jobs[0].spb_depth == 1
+    only_zero = problem(scalability=measured, idle_nodes=four, jobs=(job(spb_depths=(0,)),))
+    answer = solve(only_zero)
+    assert answer.jobs[0].spb_depth == 0
+    bad = answer.jobs[0].model_copy(update={"spb_depth": 1, "samples_per_s": 36.0,
+                                            "goodput": 36.0 * 0.9 * 100})  # fmt: skip
+    with pytest.raises(ValueError, match="spb_depth 1 is not allowed"):
+        only_zero.evaluate(answer.model_copy(update={"jobs": (bad,)}))
+    with pytest.raises(ValueError, match="derived must be true or false, got 'yes'"):
+        ScalabilityTable.from_csv("model,nodes,samples_per_s,derived\nm,1,10,yes\n")
