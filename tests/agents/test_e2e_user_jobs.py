@@ -103,7 +103,7 @@ def test_digits_job_grows_shrinks_on_reclaim_and_reaches_its_accuracy(tmp_path: 
             period_s=0.1,
         )
         released_after_s = time.time() - reclaimed_at.timestamp()
-        waited = job_cli(cluster, "wait", job_id, "--timeout-s", "400", "--period-s", "1")
+        waited = job_cli(cluster, "wait", job_id, "--timeout-s", "300", "--period-s", "1")
         assert waited.exit_code == 0, (waited.output, cluster.diagnostics())
         job = json.loads(job_cli(cluster, "show", job_id, "--json").stdout)
         metrics = cluster.request("user", "GET", f"/v1/jobs/{job_id}/metrics")
