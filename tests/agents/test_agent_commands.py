@@ -89,6 +89,23 @@ def command(**changes: object) -> dict:
     return {**payload, **changes}
 
 
+def test_a_version_1_job_gets_a_global_batch_and_its_checkpoint_dir_as_job_dir() -> None:
+    job = parse_command(command(world_size=3)).job
+    assert job is not None
+    assert job.global_batch_size == 8 * 3  # v1's batch_size is per worker
+    assert job.job_dir == job.checkpoint_dir == "/tmp/unused"
+    assert job.runs_builtin_worker and job.total_samples == 1000
+
+
+def test_a_bad_job_field_fails_the_job_and_a_bad_world_size_does_not() -> None:
+    with pytest.raises(BadCommand, match="total_samples") as raised:
+        parse_command(command(job={**command()["job"], "total_samples": 1000.5}))
+    assert raised.value.job_failed
+    with pytest.raises(BadCommand) as raised:
+        parse_command(command(world_size=9))
+    assert not raised.value.job_failed
+
+
 def test_a_world_size_below_the_jobs_minimum_is_a_bad_command() -> None:
     with pytest.raises(BadCommand, match="world_size 1 is outside the job's"):
         parse_command(command(world_size=1))
