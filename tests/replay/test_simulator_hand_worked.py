@@ -74,6 +74,16 @@ def test_admission_by_capacity_first_come_first_served(inputs):
     assert [j.admitted_s for j in result.jobs] == [0.0, None, None, None]
 
 
+def test_an_all_or_nothing_job_that_cannot_start_does_not_block_admission(inputs):
+    # G needs 4 nodes (min = max = 4) and arrives first; while 3 nodes are idle it can use
+    # none (usable 0, not 4), so A (1 node) is admitted behind it at 1 s and starts at once.
+    # Counting G's 4 would have kept A queued (4 >= 3 idle) with every node idle.
+    jobs = [spec("G", 1e9, min_nodes=4), spec("A", 1e9, offset_s=1, max_nodes=1)]
+    result = run(inputs, jobs)
+    assert [j.admitted_s for j in result.jobs] == [0.0, 1.0]
+    assert result.jobs[1].first_node_s == 1.0
+
+
 def test_max_active_jobs_caps_admission(inputs):
     jobs = [spec(f"J{k}", 1e9, offset_s=k, max_nodes=1) for k in range(4)]
     result = run(inputs, jobs, max_active_jobs=2)
