@@ -22,6 +22,7 @@ released) and exit, all within the grace period.
 """
 
 import logging
+import math
 import queue
 import signal
 import threading
@@ -351,14 +352,19 @@ class Agent:
         ]
         if reports:
             latest = max(reports, key=lambda p: (p.get("step") or 0, p.get("time") or 0))
-            metrics = latest.get("metrics") or {}
+            metrics = latest.get("metrics")
+            numbers = {
+                str(name): _number(value)
+                for name, value in (metrics.items() if isinstance(metrics, dict) else ())
+                if _number(value) is not None
+            }
             body.update(
                 world_size=latest.get("nodes"),
                 step=latest.get("step"),
-                samples_per_s=latest.get("samples_per_s"),
-                samples_done=latest.get("samples"),
-                loss=latest.get("loss"),
-                metrics=dict(list(metrics.items())[: wire.HEARTBEAT_METRICS_MAX]),
+                samples_per_s=_number(latest.get("samples_per_s")),
+                samples_done=_number(latest.get("samples")),
+                loss=_number(latest.get("loss")),
+                metrics=dict(list(numbers.items())[: wire.HEARTBEAT_METRICS_MAX]),
             )
         ended = launcher.outcome(generation)
         if ended is None:
@@ -375,6 +381,14 @@ class Agent:
             elif ended.error:
                 body["error"] = ended.error
         return body
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or None (a report's odd value must not make the service
+    refuse the whole heartbeat)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _deadline(command: Command, margin_s: float) -> float:

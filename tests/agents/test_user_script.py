@@ -240,7 +240,7 @@ def test_the_heartbeat_carries_the_generations_progress_and_its_end(
 ) -> None:
     agent, _ = agents("n0")
     generation = ended_generation(agent, tmp_path, code_dir, exit_code=0)
-    metrics = {f"m{i}": float(i) for i in range(40)}
+    metrics = {"text": "odd", "nan": float("nan"), **{f"m{i}": float(i) for i in range(40)}}
     for local_rank, (rendezvous_id, step) in enumerate([("j-1-g1", 7), ("j-1-g0", 99)]):
         files.write_json_atomic(
             wire.progress_path(generation.run_dir, local_rank),
@@ -260,6 +260,8 @@ def test_the_heartbeat_carries_the_generations_progress_and_its_end(
     assert beat["rendezvous_id"] == "j-1-g1" and beat["step"] == 7
     assert beat["samples_done"] == 56.0 and beat["world_size"] == 2 and beat["loss"] == 0.5
     assert len(beat["metrics"]) == wire.HEARTBEAT_METRICS_MAX
+    assert beat["metrics"]["m0"] == 0.0 and "text" not in beat["metrics"]
+    assert "nan" not in beat["metrics"]  # only finite numbers reach the service
     assert beat["job_state"] == "finished" and "error" not in beat
 
     # A newer command of the job already waits: the end was a peer's stop, not the job's.
