@@ -298,8 +298,8 @@ class JobPublic(BaseModel):
         samples_done: samples trained (the largest count any node reported, at most
             ``total_samples``).
         last_loss: the loss of the newest report that advanced the step, or None.
-        world_size: worker processes of the current generation as its workers reported
-            (torch's ``WORLD_SIZE``); None until they report or when the job holds no node.
+        world_size: nodes of the current generation (the commands' ``world_size``; each
+            runs ``nproc_per_node`` worker processes).
         entrypoint: the module run, None when ``command`` is set.
         job_dir: ``<checkpoint_root>/<job_id>`` on the shared filesystem (mode 0700):
             checkpoints, final model, logs and metrics of the job.
@@ -330,7 +330,7 @@ class JobPublic(BaseModel):
     job_dir: str
     checkpoint_dir: str
     nodes: list[str]
-    world_size: int | None
+    world_size: int
     spb_depth: int
     generation: int
     submitted_at: datetime
@@ -354,7 +354,7 @@ class JobMetricPublic(BaseModel):
         samples: samples trained (cumulative), or None when not reported.
         loss: training loss, or None.
         samples_per_s: the job's throughput then, samples/s, or None.
-        world_size: worker processes then, or None.
+        world_size: the job's node count then, or None.
         metrics: the script's own numbers (``elastic.report(**metrics)``).
     """
 
@@ -445,7 +445,7 @@ class Heartbeat(Request):
 
     Attributes:
         job_id: the job the node runs.
-        world_size: its worker processes (torch's ``WORLD_SIZE``).
+        world_size: the job's node count as its workers see it.
         step: optimizer steps done, cumulative over generations.
         samples_per_s: the job's throughput, samples/s.
         samples_done: samples trained, cumulative (the job keeps the largest report).

@@ -806,7 +806,7 @@ def _job_public(session: Session, job: Job) -> schemas.JobPublic:
         job_dir=job.job_dir,
         checkpoint_dir=str(checkpoint_dir(job.job_dir)),
         nodes=nodes,
-        world_size=job.world_size if nodes else None,
+        world_size=len(nodes),
         spb_depth=job.spb_depth,
         generation=job.generation,
         submitted_at=job.submitted_at,

@@ -135,7 +135,6 @@ def move_job(
     }
     job.generation += 1
     job.generation_step = None
-    job.world_size = None
     rendezvous_id = f"{job.job_id}-g{job.generation}"
     endpoint = ""
     if to_nodes:
@@ -366,9 +365,10 @@ def record_report(
     - ``samples_done``: the job keeps the largest report; at ``total_samples`` it finishes.
     - A report whose ``step`` is beyond the job's newest joins the metrics series (the
       newest :data:`METRICS_KEPT` are kept) and sets ``last_loss``.
-    - Reports of the current generation (``rendezvous_id`` is the job's newest, or absent)
-      set ``world_size``; ``job_state`` ``finished`` finishes the job and ``failed`` fails it
-      with the report's ``error``. A report of an older generation ends nothing.
+    - A report of the current generation (``rendezvous_id`` the job's newest, or absent, as
+      from a version 1 agent) with ``job_state`` ``finished`` finishes the job, with
+      ``failed`` fails it with the report's ``error``; a report of an older generation ends
+      nothing (its workers may have exited 0 because a peer's stop stopped them).
     - Learning (reports naming the current generation): the generation's first report sets
       its first step; the first report beyond it ends the generation's rescale cost
       (``Rescale.cost_s``: from its commands to now), and each that also advances the job's
@@ -383,8 +383,6 @@ def record_report(
     advanced = beat.step is not None and (job.last_step is None or beat.step > job.last_step)
     if beat.samples_done is not None and beat.samples_done > job.samples_done:
         job.samples_done = beat.samples_done
-    if current and beat.world_size and job.state == "running":
-        job.world_size = beat.world_size
     if beat.rendezvous_id == newest and beat.step is not None:
         _learn(session, job, beat, beat.step, advanced, now)
     if advanced:

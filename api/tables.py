@@ -63,9 +63,8 @@ class Token(Base):
 class Job(Base):
     """An elastic training job; ``id`` shows as ``j-<id>``.
 
-    ``samples_done`` is the largest cumulative sample count any node reported. ``last_step``,
-    ``last_loss`` and ``world_size`` come from the newest heartbeat that advanced the step
-    (``world_size``: worker processes of the current generation, None until they report).
+    ``samples_done`` is the largest cumulative sample count any node reported. ``last_step``
+    and ``last_loss`` come from the newest heartbeat that advanced the step.
     ``generation_step`` is the step of the current generation's first report (None before
     it): reports beyond it are rate observations and end the generation's rescale cost.
     """
@@ -99,7 +98,6 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     last_loss: Mapped[float | None] = mapped_column(Float)
-    world_size: Mapped[int | None]
     generation_step: Mapped[int | None] = mapped_column(BigInteger)
 
     @property

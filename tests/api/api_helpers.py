@@ -99,9 +99,11 @@ class Api:
         assert r.status_code in (200, 201), r.text
         return r.json()["agent_id"]
 
-    def node_events(self, *events: tuple[str, str, str, float]) -> httpx.Response:
-        """Post ``(event_id, node, state, grace_s)`` events at the current time."""
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    def node_events(
+        self, *events: tuple[str, str, str, float], at: str | None = None
+    ) -> httpx.Response:
+        """Post ``(event_id, node, state, grace_s)`` events at ``at`` (default: now)."""
+        at = at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {
             "events": [
                 {"event_id": e, "node": n, "state": s, "at": at, "grace_s": g}

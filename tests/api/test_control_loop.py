@@ -45,7 +45,7 @@ def test_a_job_starts_on_every_idle_node_with_one_rendezvous(api) -> None:
             "checkpoint_dir": f"{job_dir}/checkpoints",
         }
     shown = api.job(job["job_id"])
-    assert (shown["state"], shown["nodes"], shown["world_size"]) == ("running", ["n1", "n2"], None)
+    assert (shown["state"], shown["nodes"], shown["world_size"]) == ("running", ["n1", "n2"], 2)
     assert shown["rescales"][0]["from_nodes"] == []
     assert shown["rescales"][0]["to_nodes"] == ["n1", "n2"]
     nodes = api.call("GET", "/v1/nodes", "scheduler").json()["data"]
@@ -139,9 +139,10 @@ def test_a_reclaim_issues_commands_while_the_solver_is_slow(make_api) -> None:
 
 def test_event_retries_are_idempotent(api) -> None:
     agents, job, starts = _start_two_node_job(api)
-    first = api.node_events(("e3", "n2", "busy", 30))
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # a retry repeats the event
+    first = api.node_events(("e3", "n2", "busy", 30), at=at)
     pending = api.poll(agents["n1"], wait=0)
-    again = api.node_events(("e3", "n2", "busy", 30))
+    again = api.node_events(("e3", "n2", "busy", 30), at=at)
     assert again.status_code == 200
     assert again.json() == first.json()
     assert api.poll(agents["n1"], wait=0) == pending

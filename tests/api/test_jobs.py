@@ -35,7 +35,7 @@ def test_a_submitted_job_is_queued_with_defaults(api) -> None:
         "job_dir": str(job_dir),
         "checkpoint_dir": str(job_dir / "checkpoints"),
         "nodes": [],
-        "world_size": None,
+        "world_size": 0,
         "spb_depth": 0,
         "generation": 0,
         "finished_at": None,

@@ -11,13 +11,13 @@ from interstice.api import state
 def test_heartbeats_show_progress_and_build_the_series(api) -> None:
     agents, job, _ = start_job(api, ["n1", "n2"])
     j = job["job_id"]
-    common = {"job_id": j, "rendezvous_id": f"{j}-g1", "world_size": 4, "samples_per_s": 50.0}
+    common = {"job_id": j, "rendezvous_id": f"{j}-g1", "world_size": 2, "samples_per_s": 50.0}
     beat(api, agents["n1"], **common, step=1, samples_done=100, loss=2.0, metrics={"acc": 0.5})
     beat(api, agents["n2"], **common, step=1, samples_done=100, loss=2.0, metrics={"acc": 0.5})
     beat(api, agents["n2"], **common, step=2, samples_done=200, loss=1.5)
     beat(api, agents["n1"], **common, step=1, samples_done=100, loss=9.9)  # late: kept max
     shown = api.job(j)
-    assert (shown["samples_done"], shown["last_loss"], shown["world_size"]) == (200, 1.5, 4)
+    assert (shown["samples_done"], shown["last_loss"], shown["world_size"]) == (200, 1.5, 2)
     series = api.call("GET", f"/v1/jobs/{j}/metrics", "user").json()
     assert series["count"] == 2
     assert [
@@ -29,7 +29,7 @@ def test_heartbeats_show_progress_and_build_the_series(api) -> None:
             "samples": 100.0,
             "loss": 2.0,
             "samples_per_s": 50.0,
-            "world_size": 4,
+            "world_size": 2,
             "metrics": {"acc": 0.5},
         },
         {
@@ -37,7 +37,7 @@ def test_heartbeats_show_progress_and_build_the_series(api) -> None:
             "samples": 200.0,
             "loss": 1.5,
             "samples_per_s": 50.0,
-            "world_size": 4,
+            "world_size": 2,
             "metrics": {},
         },
     ]

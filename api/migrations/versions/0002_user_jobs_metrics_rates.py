@@ -50,7 +50,6 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("error", sa.Text(), nullable=True))
         batch_op.add_column(sa.Column("last_step", sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column("last_loss", sa.Float(), nullable=True))
-        batch_op.add_column(sa.Column("world_size", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("generation_step", sa.BigInteger(), nullable=True))
 
     with op.batch_alter_table("rescales", schema=None) as batch_op:
@@ -97,7 +96,6 @@ def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         for column in (
             "generation_step",
-            "world_size",
             "last_loss",
             "last_step",
             "error",
