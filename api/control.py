@@ -91,8 +91,9 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     Per job (:func:`optimizer_job`): its rates, learned from its reports over its model's
     table rows (or the default curve), and its measured rescale costs. Admission
     (:func:`interstice.optimizer.admission.admit`): every running job, then queued jobs in
-    submission order while the admitted ones cannot already use every allocatable node (at
-    most ``max_active_jobs`` in all, when set).
+    submission order while the admitted ones cannot already use every allocatable node (a
+    job whose ``min_nodes`` exceed the pool counts 0 usable nodes), at most
+    ``max_active_jobs`` in all when set.
     """
     with service.db.read() as session:
         table = service.scalability(session)
@@ -120,10 +121,16 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 candidates.append((job.state == "running", candidate))
         running = [c for is_running, c in candidates if is_running]
         queued = [c for is_running, c in candidates if not is_running]
-        # usable nodes = max_nodes, already capped by the job's curve in optimizer_job
+        # usable nodes: max_nodes (capped by the job's curve in optimizer_job), or 0 while
+        # min_nodes exceed the pool (an all-or-nothing job that cannot start must not hold
+        # the pool's place; the replay's rule too)
+
+        def usable(job: OptimizerJob) -> int:
+            return job.max_nodes if job.min_nodes <= len(pool) else 0
+
         k = admit(
-            [c.max_nodes for c in queued],
-            [c.max_nodes for c in running],
+            [usable(c) for c in queued],
+            [usable(c) for c in running],
             len(pool),
             service.settings.max_active_jobs,
         )

@@ -115,6 +115,16 @@ def test_admission_stops_once_the_admitted_jobs_can_use_every_node(api) -> None:
     assert [j.job_id for j in problem.jobs] == ["j-1", "j-2"]
 
 
+def test_a_job_that_cannot_start_on_the_pool_does_not_hold_admission(api) -> None:
+    for node in ("n1", "n2"):
+        api.register(node)
+    api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
+    api.submit(min_nodes=3, max_nodes=3, model=None)  # all or nothing: 3 of 2 nodes
+    api.submit(min_nodes=1, max_nodes=2, model=None)
+    problem, _ = build_problem(api.app.state.service)
+    assert [j.job_id for j in problem.jobs] == ["j-1", "j-2"]
+
+
 def test_max_active_jobs_caps_admission(make_api) -> None:
     with make_api(max_active_jobs=1) as api:
         for node in ("n1", "n2", "n3"):
