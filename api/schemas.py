@@ -450,7 +450,8 @@ class Heartbeat(Request):
         samples_per_s: the job's throughput, samples/s.
         samples_done: samples trained, cumulative (the job keeps the largest report).
         rendezvous_id: the generation the report comes from (``<job_id>-g<N>``).
-        loss: training loss of the newest step.
+        loss: training loss of the newest step (any finite number: a diverged job still
+            heartbeats).
         spb_depth: SPB depth the workers run at.
         metrics: the script's own numbers, at most 32.
         job_state: ``finished`` (this generation's workers all exited 0 unasked: the job is
@@ -465,12 +466,11 @@ class Heartbeat(Request):
     samples_per_s: float | None = Field(default=None, ge=0, le=1e12)
     samples_done: float | None = Field(default=None, ge=0, le=1e15)
     rendezvous_id: str | None = Field(default=None, max_length=100)
-    loss: float | None = Field(default=None, ge=-1e30, le=1e30)
+    loss: float | None = None
     spb_depth: integer(0, 1000) | None = None
-    metrics: dict[
-        Annotated[str, Field(min_length=1, max_length=100)],
-        Annotated[float, Field(ge=-1e30, le=1e30)],
-    ] = Field(default_factory=dict, max_length=HEARTBEAT_METRICS_MAX)
+    metrics: dict[Annotated[str, Field(min_length=1, max_length=100)], float] = Field(
+        default_factory=dict, max_length=HEARTBEAT_METRICS_MAX
+    )
     job_state: HeartbeatJobState | None = None
     error: str | None = Field(default=None, max_length=HEARTBEAT_ERROR_MAX_CHARS)
 
