@@ -39,6 +39,28 @@ time.sleep(600)  # rank 0 would train on: the failure must stop it
 """
 
 
+# The same failure as most PyTorch scripts raise it: an exception under torch elastic's
+# @record, which writes an error file the launcher reads.
+RECORDED_CRASH_SCRIPT = """\
+import os, sys, time
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main():
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} of {os.environ['WORLD_SIZE']} starting", flush=True)
+    if rank == 1:
+        print("loading shard 1", flush=True)
+        raise ValueError("shard 1 is corrupt")
+    time.sleep(600)
+
+
+main()
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("errors"), NODES, heartbeat_s=1.0)
@@ -93,10 +115,11 @@ def test_a_missing_script_fails_the_job_and_frees_its_nodes(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", [CRASHING_SCRIPT, RECORDED_CRASH_SCRIPT], ids=["exit", "record"])
 def test_a_crash_on_one_rank_fails_the_job_with_its_last_lines(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, tmp_path: Path, script: str
 ) -> None:
-    (tmp_path / "crash.py").write_text(CRASHING_SCRIPT)
+    (tmp_path / "crash.py").write_text(script)
     job_id = submit(cluster, command=["crash.py"], workdir=str(tmp_path))
     job = wait_failed(cluster, job_id)
     assert "ValueError: shard 1 is corrupt" in job["error"], job["error"]
