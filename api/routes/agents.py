@@ -50,9 +50,11 @@ def list_agents(service: ServiceDep, _: AdminToken) -> AgentsPublic:
 async def heartbeat(
     agent_id: str, body: Heartbeat, service: ServiceDep, _: AgentToken
 ) -> HeartbeatAnswer:
-    """Renew the agent's lease and report what its workers run; the job keeps the maximum
-    ``samples_done`` and finishes at ``total_samples``. 404: unknown agent, register again.
-    Roles: agent."""
+    """Renew the agent's lease and report what its workers run (protocol version 2): the
+    job keeps the maximum ``samples_done`` and finishes at ``total_samples``; a report that
+    advances the step joins its metrics series and its learned rates; ``job_state``
+    ``finished``/``failed`` of its newest generation ends it (failed: with ``error``).
+    404: unknown agent, register again. Roles: agent."""
     if service.renew_lease(agent_id, body):  # the common case stays on the event loop
         return HeartbeatAnswer(agent_id=agent_id, state="alive")
     return await anyio.to_thread.run_sync(service.heartbeat, agent_id, body)
@@ -98,6 +100,7 @@ async def poll_commands(
 def ack_command(
     agent_id: str, command_id: int, body: CommandAck, service: ServiceDep, _: AgentToken
 ) -> CommandAckAnswer:
-    """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; a job
+    """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; with
+    ``job_failed: true`` (a reason of the job itself) the job fails at once, otherwise a job
     whose commands failed ``max_command_failures`` times is ``failed``. Roles: agent."""
     return service.ack(agent_id, command_id, body)
