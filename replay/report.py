@@ -205,11 +205,14 @@ def plot(results: list[ReplayResult], window_start: datetime, path: Path, title:
         labels=[f"{model} ({main.policy})" for model in models],
         alpha=0.85,
     )
-    for result in results[1:]:
+    nodes_ax.step(times, main.timeline_idle, where="post", color="0.55", lw=0.5)
+    for result, style in zip(results[1:], ("--", ":", "-."), strict=False):
         nodes_ax.step(
             clock(result.timeline_s),
             result.timeline_allocated,
             where="post",
+            color="black",
+            ls=style,
             lw=0.7,
             label=f"allocated, all models ({result.policy})",
         )
