@@ -52,8 +52,8 @@ def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) 
                 "model": "tinycnn",
                 "min_nodes": 1,
                 "max_nodes": 4,
-                "total_samples": 1e7,
-                "batch_size": 8,
+                "total_samples": 10000000,
+                "global_batch_size": 16,
                 "parallelism": "dp",
             },
         )
