@@ -76,9 +76,9 @@ class BucketedAllReduce:
         self._next_launch = 0
         self._divisors: list[float] = [1.0] * len(groups)
         self._active = False
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(self._on_grad) for params in groups for p in params
-        ]
+        for params in groups:
+            for p in params:
+                p.register_post_accumulate_grad_hook(self._on_grad)
 
     def _add_bucket(self, params: list[nn.Parameter], group_index: int) -> None:
         offsets = [0]
@@ -144,9 +144,3 @@ class BucketedAllReduce:
                 else:
                     p.grad.copy_(averaged)
         self._active = False
-
-    def close(self) -> None:
-        """Remove the hooks."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
