@@ -73,8 +73,9 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
     v_j(n, d) = q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
-    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1) give goodput plus (g),
-    samples.
+    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1, s_j = rho_j) give
+    goodput plus (g) in dedicated node-seconds; ``Weights(node_seconds=False)`` gives it in
+    samples (beta was chosen in samples, below).
 
 Variables:
     z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none).

@@ -32,16 +32,22 @@ TABLE = ScalabilityTable(
 )
 FINISHING = Job(job_id="f", model="m", min_nodes=1, max_nodes=4, samples_remaining=5000.0)
 LONG = Job(job_id="g", model="m", min_nodes=1, max_nodes=4, samples_remaining=1e9)
+SAMPLES = Weights(node_seconds=False)  # the values above are worked in samples
 ALONE = Problem(
-    idle_nodes=("n1", "n2", "n3", "n4"), jobs=(FINISHING,), scalability=TABLE, horizon_s=100.0
+    idle_nodes=("n1", "n2", "n3", "n4"),
+    jobs=(FINISHING,),
+    scalability=TABLE,
+    weights=SAMPLES,
+    horizon_s=100.0,
 )
 SHARED = Problem(
     idle_nodes=tuple(f"n{i}" for i in range(1, 7)),
     jobs=(FINISHING, LONG),
     scalability=TABLE,
+    weights=SAMPLES,
     horizon_s=100.0,
 )
-BARE_CAP = Weights(early_finish=0.0)
+BARE_CAP = Weights(node_seconds=False, early_finish=0.0)
 
 
 def test_the_worked_values_use_the_documented_weight() -> None:

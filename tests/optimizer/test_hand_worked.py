@@ -7,6 +7,7 @@ from interstice.optimizer import (
     Problem,
     ScalabilityPoint,
     ScalabilityTable,
+    Weights,
     equal_share,
     greedy,
     solve,
@@ -40,6 +41,7 @@ PROBLEM = Problem(
             samples_remaining=1e9, rescale_up_s=10.0),
     ),
     scalability=TABLE,
+    weights=Weights(node_seconds=False),  # worked in samples
     horizon_s=100.0,
 )  # fmt: skip
 

@@ -4,7 +4,7 @@ import csv
 
 import numpy as np
 import pytest
-from interstice.optimizer import Job, Problem, ScalabilityPoint, ScalabilityTable, solve
+from interstice.optimizer import Job, Problem, ScalabilityPoint, ScalabilityTable, Weights, solve
 from interstice.optimizer.learning import (
     DEFAULT_EXPONENT,
     DEFAULT_ONE_NODE_SAMPLES_PER_S,
@@ -137,6 +137,11 @@ def test_rates_replace_the_table_row_and_bad_rates_or_no_rates_are_named() -> No
                           samples_remaining=1.0),))  # fmt: skip
 
 
+SAMPLES = Weights(node_seconds=False)
+"""Raw samples: under the default node_seconds a job's level cancels out (its term is divided
+by its own best rate per node), so only shape errors would matter."""
+
+
 def learned_allocations(
     jobs: tuple[Job, ...], truth: dict, table: ScalabilityTable, solves: int
 ) -> list[list[int]]:
@@ -159,7 +164,8 @@ def learned_allocations(
             )
             rates = fit_curve(prior, reports[job.job_id], job.max_nodes)
             fitted.append(job.model_copy(update={"rates": rates}))
-        problem = Problem(idle_nodes=pool, jobs=tuple(fitted), scalability=table, horizon_s=100.0)
+        problem = Problem(idle_nodes=pool, jobs=tuple(fitted), scalability=table,
+                          weights=SAMPLES, horizon_s=100.0)  # fmt: skip
         counts = [a.node_count for a in solve(problem).jobs]
         history.append(counts)
         for job, n in zip(jobs, counts, strict=True):
@@ -183,7 +189,8 @@ def true_allocation(jobs: tuple[Job, ...], truth: dict, table: ScalabilityTable)
         for job in jobs
     )
     pool = tuple(f"n{i:02d}" for i in range(16))
-    problem = Problem(idle_nodes=pool, jobs=known, scalability=table, horizon_s=100.0)
+    problem = Problem(idle_nodes=pool, jobs=known, scalability=table, weights=SAMPLES,
+                      horizon_s=100.0)  # fmt: skip
     return [a.node_count for a in solve(problem).jobs]
 
 

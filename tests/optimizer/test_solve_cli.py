@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from interstice.optimizer import Job, Problem, ScalabilityPoint, ScalabilityTable
+from interstice.optimizer import Job, Problem, ScalabilityPoint, ScalabilityTable, Weights
 from typer.testing import CliRunner
 
 from interstice.solve_cli import solve
@@ -28,6 +28,7 @@ PROBLEM = Problem(
     scalability=ScalabilityTable(
         points=(ScalabilityPoint(model="m", nodes=2, samples_per_s=20.0),)
     ),
+    weights=Weights(node_seconds=False),  # worked in samples
     horizon_s=60.0,
 )
 

@@ -53,7 +53,7 @@ def test_cbc_that_fails_to_run_falls_back_and_says_why(large_table, monkeypatch)
         raise pulp.PulpSolverError("Pulp: cannot execute cbc")
 
     monkeypatch.setattr(pulp.LpProblem, "solve", broken)
-    problem = random_problem(large_table, jobs=20, nodes=100, seed=5)  # capacity binds
+    problem = random_problem(large_table, jobs=20, nodes=100, seed=6)  # capacity binds
     allocation = solve(problem, backend="cbc")
     assert (allocation.status, allocation.backend) == ("fallback", "greedy")
     assert allocation.termination == "error: Pulp: cannot execute cbc"

@@ -3,7 +3,8 @@
 Every instance is checked three ways: ``solve`` on both backends, each backend's own model
 from every job at its zero option (so the solver runs even where the greedy proves the
 answer), and the greedy policy. Horizon H = 100 s and no rescale cost unless stated, so a
-job on n nodes of a model running r(n) samples/s trains 100 r(n) samples over the horizon.
+job on n nodes of a model running r(n) samples/s trains 100 r(n) samples over the horizon;
+values are in samples (``node_seconds=False``) unless a test sets a normalisation.
 """
 
 import importlib
@@ -41,7 +42,8 @@ def job(job_id: str, model: str, max_nodes: int, **fields) -> Job:
 
 def problem(jobs: tuple[Job, ...], rates: ScalabilityTable, nodes: int, **weights) -> Problem:
     return Problem(idle_nodes=tuple(f"n{i}" for i in range(1, nodes + 1)), jobs=jobs,
-                   scalability=rates, weights=Weights(**weights), horizon_s=100.0)  # fmt: skip
+                   scalability=rates, weights=Weights(**{"node_seconds": False, **weights}),
+                   horizon_s=100.0)  # fmt: skip
 
 
 def assert_every_solver_gives(instance: Problem, counts: list[int], objective: float) -> None:
@@ -132,6 +134,9 @@ def test_node_seconds_divides_by_the_best_rate_per_node_not_the_one_node_rate() 
     alone = (job("a", "m", 2),)
     assert solve(problem(alone, rates, 2, node_seconds=True)).objective == pytest.approx(200.0)
     assert solve(problem(alone, rates, 2, speedup=True)).objective == pytest.approx(220.0)
+    # node_seconds is the default; speedup alone replaces it; both set is an error.
+    assert Weights().node_seconds and not Weights().speedup
+    assert not Weights(speedup=True).node_seconds
     with pytest.raises(ValueError, match="speedup and node_seconds exclude each other"):
         Weights(speedup=True, node_seconds=True)
 
