@@ -37,10 +37,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401  (see below)
 from interstice.agents import rundir
+from interstice.models.parallelize import Layout, build_trainer
+from interstice.models.zoo import build_blocks
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from interstice import elastic, wire
+
+# Everything a worker needs is imported with this module, so that a fork server that preloads
+# it (the agent's launcher) starts workers with nothing left to import: torch.optim imports
+# torch._dynamo when the first optimizer is built, 3 s of a rescale on a loaded 2-core VM.
 
 CHANNELS = 3
 NOISE = 0.5  # standard deviation of the noise added to a class prototype
@@ -168,8 +175,6 @@ class StepLog:
 
 def whole_model(trainer: Any, args: argparse.Namespace) -> torch.nn.Module:
     """The trained model, unsharded (SplitBrain's shards gathered: a collective)."""
-    from interstice.models.zoo import build_blocks
-
     if args.parallelism != "splitbrain":
         return trainer.model
     model = build_blocks(args.model, args.num_classes)
@@ -186,8 +191,6 @@ def train(args: argparse.Namespace, ctx: elastic.Context) -> str:
     Raises:
         ValueError: a layout, model or world size the job cannot run (names the value).
     """
-    from interstice.models import Layout, build_trainer
-
     elastic.shares(args.global_batch_size, ctx.world_size)  # a rank with no sample: ValueError
     trainer = build_trainer(
         args.model,
