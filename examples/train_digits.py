@@ -33,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     gbs = env("INTERSTICE_GLOBAL_BATCH_SIZE", 64)
     parser.add_argument("--global-batch-size", type=int, default=gbs, help="samples per step")
     parser.add_argument("--max-micro-batch-size", type=int, default=None, help="per rank")
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
@@ -65,7 +66,10 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = build_model().to(ctx.device)
     ddp = DistributedDataParallel(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sampler = elastic.ElasticSampler(len(train_set), args.global_batch_size, seed=args.seed)
     state = elastic.State(
         model=ddp, optimizer=optimizer, sampler=sampler, checkpoint_dir=args.checkpoint_dir,
