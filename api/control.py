@@ -146,6 +146,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             weights=Weights(
                 throughput=objective.throughput,
                 speedup=objective.speedup,
+                node_seconds=objective.node_seconds,
                 fairness=objective.fairness,
                 priority=objective.priority,
                 churn=objective.churn,

@@ -549,9 +549,11 @@ class ObjectivePublic(BaseModel):
     """The optimizer's objective settings.
 
     Attributes:
-        throughput, speedup, fairness, priority, churn, early_finish: the optimizer's
-            ``Weights`` (``early_finish``: beta of the objective's early-finish term, in
-            [0, 1]).
+        throughput, speedup, node_seconds, fairness, priority, churn, early_finish: the
+            optimizer's ``Weights`` (``node_seconds``, the default: goodput counted in
+            dedicated node-seconds of work, the measure of ``harvest``; ``speedup``: divided
+            by one-node rates instead; both false: raw samples; ``early_finish``: beta of
+            the objective's early-finish term, in [0, 1]).
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
@@ -560,6 +562,7 @@ class ObjectivePublic(BaseModel):
 
     throughput: float
     speedup: bool
+    node_seconds: bool
     fairness: float
     priority: float
     churn: float
@@ -570,10 +573,13 @@ class ObjectivePublic(BaseModel):
 
 
 class ObjectiveUpdate(Request):
-    """A change of the objective; fields left out keep their value."""
+    """A change of the objective; fields left out keep their value, except that turning one
+    of ``speedup`` and ``node_seconds`` on turns the other off (they are two normalisations
+    of the same term)."""
 
     throughput: float | None = Field(default=None, ge=0, le=1e6)
     speedup: bool | None = None
+    node_seconds: bool | None = None
     fairness: float | None = Field(default=None, ge=0, le=1e6)
     priority: float | None = Field(default=None, ge=0, le=100)
     churn: float | None = Field(default=None, ge=0, le=1e12)
@@ -586,7 +592,18 @@ class ObjectiveUpdate(Request):
     def _positive_horizon(self) -> "ObjectiveUpdate":
         if isinstance(self.horizon_s, float) and not 0 < self.horizon_s <= 1e7:
             raise ValueError(f"horizon_s must be in (0, 1e7] or 'auto', got {self.horizon_s}")
+        if self.speedup and self.node_seconds:
+            raise ValueError("speedup and node_seconds may not both be true")
         return self
+
+    def changes(self) -> dict[str, Any]:
+        """The fields given, plus the normalisation this one turns off."""
+        given = self.model_dump(exclude_none=True)
+        if self.speedup and self.node_seconds is None:
+            given["node_seconds"] = False
+        if self.node_seconds and self.speedup is None:
+            given["speedup"] = False
+        return given
 
 
 class ScalabilityPublic(BaseModel):

@@ -54,6 +54,7 @@ LOG_READ_MAX_BYTES = 1 << 20
 DEFAULT_OBJECTIVE: dict[str, Any] = {
     "throughput": 1.0,
     "speedup": False,
+    "node_seconds": True,
     "fairness": 0.0,
     "priority": 1.0,
     "churn": 0.0,
@@ -620,12 +621,16 @@ class Service:
     # --- objective, scalability, audit ---------------------------------------------------
 
     def objective(self, session: Session | None = None) -> schemas.ObjectivePublic:
-        """The objective settings (defaults until an admin changes them)."""
+        """The objective settings (defaults until an admin changes them; one stored before
+        ``node_seconds`` existed gets it, the default, unless it had ``speedup``)."""
         if session is None:
             with self.db.read() as own:
                 return self.objective(own)
         row = session.get(Config, "objective")
-        return schemas.ObjectivePublic(**(DEFAULT_OBJECTIVE | (row.value if row else {})))
+        stored = dict(row.value) if row else {}
+        if stored.get("speedup") and "node_seconds" not in stored:  # stored before it existed
+            stored["node_seconds"] = False
+        return schemas.ObjectivePublic(**(DEFAULT_OBJECTIVE | stored))
 
     def update_objective(
         self, who: Principal, body: schemas.ObjectiveUpdate
@@ -633,7 +638,7 @@ class Service:
         """Change the objective; audited with old and new value; marks the allocation stale."""
         with self.db.write() as session:
             old = self.objective(session).model_dump()
-            new = old | body.model_dump(exclude_none=True)
+            new = old | body.changes()
             row = session.get(Config, "objective")
             if row is None:
                 session.add(Config(key="objective", value=new))
@@ -659,12 +664,15 @@ class Service:
 
         Raises:
             ValueError: the CSV is malformed (the message names the line).
-            Conflict: an active job's model is missing from the new table.
+            Conflict: a model of the current table that an active job runs is missing from
+                the new table.
         """
         table = ScalabilityTable.from_csv(text)
         with self.db.write() as session:
+            current = self.scalability(session)
             active = set(session.scalars(select(Job.model).where(Job.state.in_(ACTIVE_JOB_STATES))))
-            missing = sorted(active - table.models)
+            # (a job whose model the table never had runs from its own rates: not in the way)
+            missing = sorted((active & (current.models if current else set())) - table.models)
             if missing:
                 raise Conflict(
                     f"models {', '.join(missing)} of active jobs are missing from the new table"

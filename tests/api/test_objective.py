@@ -13,6 +13,7 @@ def test_objective_defaults_changes_and_audit(api) -> None:
     assert before == {
         "throughput": 1.0,
         "speedup": False,
+        "node_seconds": True,
         "fairness": 0.0,
         "priority": 1.0,
         "churn": 0.0,
@@ -59,6 +60,29 @@ def test_an_objective_stored_before_early_finish_existed_loads_the_default(api) 
     assert api.call("GET", "/v1/objective", "admin").json() == stored | {"early_finish": 0.9}
 
 
+def test_speedup_and_node_seconds_turn_each_other_off(api) -> None:
+    r = api.call("PUT", "/v1/objective", "admin", json={"speedup": True})
+    assert (r.json()["speedup"], r.json()["node_seconds"]) == (True, False)
+    r = api.call("PUT", "/v1/objective", "admin", json={"node_seconds": True})
+    assert (r.json()["speedup"], r.json()["node_seconds"]) == (False, True)
+    r = api.call("PUT", "/v1/objective", "admin", json={"node_seconds": False})
+    assert (r.json()["speedup"], r.json()["node_seconds"]) == (False, False)  # raw samples
+    r = api.call("PUT", "/v1/objective", "admin", json={"speedup": True, "node_seconds": True})
+    assert r.status_code == 422
+    assert [e["msg"] for e in r.json()["detail"]] == [
+        "Value error, speedup and node_seconds may not both be true"
+    ]
+
+
+def test_an_objective_stored_with_speedup_before_node_seconds_keeps_speedup(api) -> None:
+    stored = api.call("GET", "/v1/objective", "admin").json() | {"speedup": True}
+    del stored["node_seconds"]
+    with api.app.state.service.db.write() as session:
+        session.add(Config(key="objective", value=stored))
+    shown = api.call("GET", "/v1/objective", "admin").json()
+    assert (shown["speedup"], shown["node_seconds"]) == (True, False)
+
+
 def test_the_solver_uses_the_changed_backend(api) -> None:
     api.call("PUT", "/v1/objective", "admin", json={"backend": "cbc", "horizon_s": 100})
     agent = api.register("n1", report_idle=True)
@@ -72,6 +96,7 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
     weights = {
         "throughput": 0.5,
         "speedup": True,
+        "node_seconds": False,
         "fairness": 0.2,
         "priority": 0.0,
         "churn": 0.1,
@@ -116,6 +141,7 @@ def test_a_bad_table_names_the_line_and_an_active_model_may_not_vanish(api) -> N
         "scalability table: missing column(s) model, samples_per_s"
     )
     api.submit(model="bignet", min_nodes=2, max_nodes=2)
+    api.submit(model="my-own", min_nodes=1, max_nodes=1)  # never in the table: not in the way
     r = api.call(
         "PUT", "/v1/scalability", "admin", content=SCALABILITY_CSV.replace("bignet", "smallnet")
     )
