@@ -126,8 +126,11 @@ def test_digits_job_grows_shrinks_on_reclaim_and_reaches_its_accuracy(tmp_path: 
     assert job["state"] == "finished" and job["samples_done"] >= job["total_samples"]
     samples = [p["samples"] for p in metrics["data"]]
     assert metrics["count"] == len(metrics["data"]) >= 3
-    assert samples == sorted(samples) and samples[-1] <= job["total_samples"]
-    assert 0 <= job["last_loss"] < metrics["data"][0]["loss"]
+    assert samples == sorted(samples)  # no sample counted twice across the rescales
+    # whole global batches: the last step may pass the budget by less than one
+    assert samples[-1] < job["total_samples"] + job["global_batch_size"]
+    losses = [p["loss"] for p in metrics["data"] if p["loss"] is not None]
+    assert 0 <= job["last_loss"] < losses[0]
     assert job_id in shown.stdout and "finished" in shown.stdout
 
     # Held-out accuracy from the script's final JSON line, through the CLI and the API.
