@@ -9,8 +9,10 @@ optimizer, the sampler's position, the scheduler, the step and sample counters a
 Stop agreement: after each step the ranks all-reduce (SUM) one small vector holding each
 rank's wish to stop (the run dir's ``stop`` file exists, or SIGTERM/SIGINT arrived), rank 0's
 "a timed save is due", and each rank's loss sum; so every rank leaves the loop after the same
-step, and that one collective also yields the global mean loss. The sample budget is reached
-on every rank at the same step by construction.
+step, and that one collective also yields the global mean loss. It runs in the background
+while the next step computes and is read one step later (no added wait, no GPU sync): a stop
+asked during step ``k`` ends every rank after step ``k + 1``. The sample budget is reached on
+every rank at the same step by construction.
 """
 
 import io
@@ -185,7 +187,9 @@ class State:
         self.extra = dict(extra)
         self._device = ctx.device
         self._signals = StopSignals()
-        self._agreed_at_step: int | None = None
+        self._decided_at_step: int | None = None
+        self._pending: tuple[Any, Any, torch.Tensor, bool] | None = None
+        self._wish: str | None = None
         self._stop = False
         self._saved_at_step: int | None = None
         self._saved_at_s = time.monotonic()
@@ -222,60 +226,91 @@ class State:
             return "stop file"
         return None
 
-    def _agree(self, loss_sum: float | torch.Tensor | None) -> None:
-        """The step's one collective: stop wishes, rank 0's timed save, loss sums."""
+    def _issue(self, loss_sum: float | torch.Tensor | None) -> None:
+        """Start this step's collective (async): stop wishes, rank 0's timed save, loss sums."""
         wish = self._wants_stop()
+        self._wish = self._wish or wish
         save_due = (
             self.save_every_s is not None
             and dist.get_rank() == 0
             and time.monotonic() - self._saved_at_s >= self.save_every_s
         )
-        loss = torch.as_tensor(0.0 if loss_sum is None else loss_sum, dtype=torch.float64)
-        vector = torch.stack(
-            [
-                torch.tensor(float(wish is not None), dtype=torch.float64),
-                torch.tensor(float(save_due), dtype=torch.float64),
-                loss.detach().to("cpu", torch.float64).reshape(()),
-            ]
-        ).to(self._device)
-        dist.all_reduce(vector, op=dist.ReduceOp.SUM)
+        flags = torch.tensor([float(wish is not None), float(save_due)], dtype=torch.float64)
+        loss = torch.as_tensor(0.0 if loss_sum is None else loss_sum).detach()
+        vector = torch.cat([flags.to(self._device), loss.to(self._device, torch.float64).view(1)])
+        work = dist.all_reduce(vector, op=dist.ReduceOp.SUM, async_op=True)
+        event = None
+        if vector.is_cuda:  # read it later without waiting for the steps queued after it
+            work.wait()  # the stream waits, not the host
+            host = torch.empty(3, dtype=torch.float64, pin_memory=True)
+            host.copy_(vector, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            work, vector = None, host
+        self._pending = (work, event, vector, loss_sum is not None)
+
+    def _collect(self) -> None:
+        """Finish the collective in flight and apply what the ranks agreed."""
+        if self._pending is None:
+            return
+        work, event, vector, has_loss = self._pending
+        self._pending = None
+        if work is not None:
+            work.wait()
+        if event is not None:
+            event.synchronize()
         stop_votes, save_votes, loss_total = vector.tolist()
-        self._agreed_at_step = self.steps
-        if loss_sum is not None:
+        if has_loss:
             self.loss = loss_total / self.sampler.global_batch_size
-        if self.finished:
-            self._stop, self.stop_reason = True, "budget"
-        elif stop_votes > 0:
-            self._stop, self.stop_reason = True, wish or "peer"
+        if stop_votes > 0 and not self._stop:
+            self._stop, self.stop_reason = True, self._wish or "peer"
         self._timed_save_due = save_votes > 0
+
+    def _decide(self) -> None:
+        if self.finished and not self._stop:
+            self._stop, self.stop_reason = True, "budget"
+        if self._stop:
+            self._collect()  # the last step's loss; nothing else matters any more
 
     def step(self, loss_sum: float | torch.Tensor | None = None) -> None:
         """Record one optimizer step: move the sampler, count, agree on stopping, maybe save.
 
         Call it once after each ``optimizer.step()`` (and ``scheduler.step()``), on every rank.
+        The step's collective runs in the background while the next step computes and is
+        read at the next call, so it adds no wait: a stop wish raised during step ``k`` stops
+        every rank after step ``k + 1`` (the sample budget: after the step that reaches it).
 
         Args:
             loss_sum: this rank's sum of per-sample losses over its share of the step
                 (unscaled); the ranks' sums are added in the step's collective and
-                :attr:`loss` becomes their mean over the global batch. None: no loss.
+                :attr:`loss` becomes their mean over the global batch (the previous step's
+                while running, the last step's once stopping). None: no loss.
         """
         self.sampler.advance()
         self.steps += 1
         self.samples += self.sampler.global_batch_size
-        self._agree(loss_sum)
+        self._collect()
+        self._issue(loss_sum)
+        self._decided_at_step = self.steps
+        self._decide()
         by_count = self.save_every_steps is not None and self.steps % self.save_every_steps == 0
         if by_count or self._timed_save_due:
+            self._timed_save_due = False
             self.save()
 
     def should_stop(self) -> bool:
         """Whether every rank leaves the loop now (the same answer on every rank).
 
         True when the sample budget is reached, or when some rank saw the run dir's
-        ``stop`` file or received SIGTERM/SIGINT before the last step's collective. Called
-        before the first step (or twice after one step) it runs the collective itself.
+        ``stop`` file or received SIGTERM/SIGINT (see :meth:`step` for when). Called before
+        the first step of a run it runs a collective itself, so a stop requested before the
+        run trained anything is agreed at once.
         """
-        if self._agreed_at_step != self.steps:
-            self._agree(None)
+        if self._decided_at_step != self.steps:
+            self._issue(None)
+            self._collect()
+            self._decided_at_step = self.steps
+            self._decide()
         return self._stop
 
     def _payload(self, sharded_folder: str | None) -> dict[str, Any]:

@@ -80,13 +80,16 @@ def test_the_budget_stops_after_the_step_that_reaches_it(job):
     close(state)
 
 
-def test_the_stop_file_and_sigterm_stop_after_the_current_step(job):
+def test_the_stop_file_and_sigterm_stop_every_rank_after_the_next_step(job):
     state = make_state(total_samples=1000)
     train(state, 1)
     wire.stop_path(job.run_dir).touch()
     assert state.should_stop() is False  # agreed at the step, before the file existed
-    train(state, 1)
+    train(state, 1)  # its collective carries the wish...
+    assert state.should_stop() is False
+    train(state, 1)  # ...and is read after the next step
     assert state.should_stop() is True and state.stop_reason == "stop file"
+    assert state.steps == 3
     os.unlink(wire.stop_path(job.run_dir))
     close(state)
     state = make_state(total_samples=1000)
@@ -105,9 +108,13 @@ def test_periodic_saves_follow_the_step_count(job):
 
 
 def test_the_loss_is_the_mean_over_the_global_batch(job):
-    state = make_state()
+    state = make_state(total_samples=30)
     state.step(loss_sum=torch.tensor(25.0))
+    assert state.loss is None  # read with the next step
+    state.step(loss_sum=torch.tensor(5.0))
     assert state.loss == 2.5
+    state.step(loss_sum=torch.tensor(7.0))
+    assert state.should_stop() and state.loss == 0.7  # the last step's, once stopping
     close(state)
 
 
