@@ -157,6 +157,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
     running: dict[str, launcher.Generation] = {}
     job_id = "j-bench"
     job_dir = wire.job_dir(root, job_id)
+    job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # as the service does at submission
     job = {
         **job_spec(args.script),
         "job_dir": str(job_dir),
