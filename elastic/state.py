@@ -120,9 +120,10 @@ class State:
     Attributes:
         steps: optimizer steps the job has done (across all runs).
         samples: samples the job has trained (across all runs).
-        loss: the global mean loss of the last step, when :meth:`step` got a loss sum.
+        loss: the global mean loss per sample, when :meth:`step` gets loss sums: the
+            previous step's while running, the last step's once :meth:`should_stop` is True.
         stop_reason: why :meth:`should_stop` said yes: ``"budget"``, ``"stop file"``,
-            ``"signal"``, or None.
+            ``"signal"``, ``"peer"`` (another rank's file or signal), or None.
 
     Raises:
         ValueError: ``save_every_steps`` or ``save_every_s`` not positive.
