@@ -1,0 +1,122 @@
+"""``interstice demo``: the trace plan on a hand-made trace, bad flags, and one whole run on
+this machine (slow): it must rescale a job, honour a reclaim within its grace period and
+leave no process behind."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import psutil
+import pytest
+from interstice.replay.trace import NodeTrace
+
+from interstice.data import TRACE_FILE, data_dir
+from interstice.demo.plan import plan_replay
+
+INTERSTICE = [sys.executable, "-c", "from interstice.cli import app; app()"]
+MARKER = "DEMO_TEST_MARKER"  # not INTERSTICE_*: the agents pass it on to their workers
+
+
+def trace_of(initial_idle: list[bool], changes: list[tuple[int, int, bool]], end_s: int):
+    """A NodeTrace of nodes ``a``, ``b``, ... from ``(time_s, node, idle)`` changes."""
+    changes = sorted(changes)
+    start = np.datetime64("2021-02-01T00:00:00")
+    return NodeTrace(
+        start=start,
+        end=start + np.timedelta64(end_s, "s"),
+        node_names=np.array([chr(ord("a") + i) for i in range(len(initial_idle))]),
+        initial_idle=np.array(initial_idle),
+        change_time_s=np.array([c[0] for c in changes], dtype=np.int64),
+        change_node=np.array([c[1] for c in changes], dtype=np.int32),
+        change_idle=np.array([c[2] for c in changes]),
+    )
+
+
+def test_plan_prefers_long_idle_spans_reclaimed_at_new_moments() -> None:
+    # One hour at 60x = 60 real s; usable: idle >= 10 real s (600 trace s), reclaimed by 50 s.
+    trace = trace_of(
+        [True, True, True, True],
+        [
+            (1200, 0, False),  # a: idle 20 s, reclaimed at 20 s: usable
+            (1200, 1, False),  # b: the same moment as a (one big job took both back)
+            (1260, 2, False),  # c: idle 21 s, reclaimed at 21 s: 1 s after a, same moment
+            (1800, 2, True),
+            (2400, 2, False),  # c again at 40 s: a new moment
+            (300, 3, False),  # d: idle 5 s only: not usable
+            (600, 3, True),
+            (3300, 3, False),  # d: idle 45 s but reclaimed at 55 s, after the tail
+        ],
+        end_s=3600,
+    )
+    plan = plan_replay(trace, 2, duration_s=60, speedup=60, min_idle_s=10, tail_s=10)
+    assert plan.nodes == ("c", "a")  # c: two usable reclaims; then a (or b): one more moment
+    assert plan.usable_reclaims == 2  # a's reclaim falls at c's first one
+    assert plan.initial_idle == {"c": True, "a": True}
+    assert [(c.at_s, c.node, c.idle) for c in plan.changes] == [
+        (20.0, "a", False),
+        (21.0, "c", False),
+        (30.0, "c", True),
+        (40.0, "c", False),
+    ]
+
+
+def test_plan_refuses_a_window_longer_than_the_trace() -> None:
+    trace = trace_of([True], [(60, 0, False)], end_s=600)
+    with pytest.raises(ValueError, match="exceed"):
+        plan_replay(trace, 1, duration_s=60, speedup=60, min_idle_s=10, tail_s=10)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--agents", "0"], "--agents must be in 1..16"),
+        (["--speedup", "fast"], "--speedup must be a number"),
+        (["--jobs", "nosuchjob"], "no example job 'nosuchjob'"),
+        (["--trace", "/nonexistent/trace.csv.gz"], "trace /nonexistent/trace.csv.gz is absent"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(flags: list[str], message: str) -> None:
+    done = subprocess.run(
+        [*INTERSTICE, "demo", *flags], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+    assert done.stdout == ""
+
+
+def processes_marked(marker: str) -> list[str]:
+    """Processes of this user whose environment holds ``MARKER=marker``."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if process.environ().get(MARKER) == marker:
+                found.append(f"{process.pid} {' '.join(process.info['cmdline'] or [])[:200]}")
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_demo_rescales_honours_reclaims_and_stops_everything() -> None:
+    if not (data_dir() / TRACE_FILE).is_file():
+        pytest.skip(f"the Summit trace {data_dir() / TRACE_FILE} is absent")
+    marker = uuid.uuid4().hex
+    done = subprocess.run(
+        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "60"],
+        capture_output=True,
+        text=True,
+        timeout=1100,  # the start on a loaded 2-core machine is slow; the replay is 60 s
+        env={**os.environ, MARKER: marker},
+    )
+    output = f"--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, output
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["demo"] == "summary" and summary["error"] is None, output
+    assert summary["rescales"] >= 1, output
+    assert summary["reclaims_within_grace"] >= 1, output
+    assert summary["idle_node_s"] > 0 and summary["harvested_node_s"] > 0, output
+    assert processes_marked(marker) == []
