@@ -11,6 +11,7 @@ from interstice import client_cli, solve_cli
 from interstice.agents import cli as agents_cli
 from interstice.agents import slurm_cli
 from interstice.api import cli as api_cli
+from interstice.demo import cli as demo_cli
 from interstice.models import cli as models_cli
 from interstice.replay import cli as replay_cli
 
@@ -31,3 +32,4 @@ app.command("agent")(agents_cli.agent)
 app.add_typer(slurm_cli.slurm_app, name="slurm")
 app.command("profile")(models_cli.profile)
 app.add_typer(client_cli.job_app, name="job")
+app.command("demo")(demo_cli.demo)

@@ -1,0 +1,391 @@
+"""One demo run, start to end: plan the replay, start the service and the agents (real and
+simulated), submit the example jobs, replay the trace with a live view, then stop everything
+it started and print the summary (a table, then one JSON line).
+
+Run by ``interstice demo`` as ``python -m interstice.demo.session OPTIONS_JSON`` in a
+session of its own, so that a terminal's Ctrl-C reaches only ``interstice demo``, which asks
+this process to end (SIGTERM); the service, agents and workers then stop in order rather
+than all at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from rich.console import Console
+from rich.live import Live
+
+from interstice.agents.local_cluster import ROLES, LocalCluster, interstice_command
+from interstice.client_cli import read_job_file
+from interstice.demo.plan import ReplayPlan, plan_replay
+from interstice.demo.scheduler import SchedulerStandIn
+from interstice.demo.summary import final_summary, live_view, reclaim_outcomes, summary_table
+from interstice.demo.virtual import VirtualAgents
+from interstice.ports import free_ports
+from interstice.replay.trace import load_trace
+
+HEARTBEAT_S = 2.0
+"""The service's heartbeat interval, seconds (an agent is lost after three)."""
+AGENT_GRACE_S = 10.0
+"""Each real agent's own grace after SIGTERM, seconds (the end of the demo)."""
+MIN_IDLE_S = 20.0
+"""Real seconds a node must stay idle for a job to start and train on it on a small VM."""
+START_TIMEOUT_S = 180.0
+"""Most seconds the service, the agents and their spare launchers may take to start."""
+REFRESH_S = 1.0
+"""Period of the live view, seconds."""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+"""The example job files (``<name>.toml``) of the checkout."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """The flags of ``interstice demo`` (validated there).
+
+    Attributes:
+        agents: real local agents (CPU, gloo).
+        speedup: trace seconds per real second.
+        duration_s: real seconds of replay.
+        virtual_nodes: simulated agents.
+        jobs: example job names (``examples/<name>.toml``).
+        port: the service's port; 0: a free one.
+        seed: draws the trace window among the best.
+        grace_s: grace of every reclaim, seconds.
+        trace: the node-state trace file.
+    """
+
+    agents: int
+    speedup: float
+    duration_s: float
+    virtual_nodes: int
+    jobs: tuple[str, ...]
+    port: int
+    seed: int
+    grace_s: float
+    trace: str
+
+
+class Descendants:
+    """Every process below this one seen so far (an agent's workers may outlive it)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, psutil.Process] = {}
+
+    def scan(self) -> None:
+        """Remember this process's current descendants."""
+        for child in psutil.Process().children(recursive=True):
+            self.seen.setdefault(child.pid, child)
+
+    def stop_left(self, timeout_s: float = 5.0) -> int:
+        """Terminate, then kill, the remembered processes still running; how many there
+        were. (``is_running`` compares creation times, so a reused pid is left alone.)"""
+        left = [p for p in self.seen.values() if p.is_running() and p.status() != "zombie"]
+        for process in left:
+            try:
+                process.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(left, timeout=timeout_s)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=timeout_s)
+        return len(left)
+
+
+def machine() -> str:
+    """This machine in a few words: OS, CPU model and count, memory."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = psutil.virtual_memory().total / 2**30
+    cpus = f"{os.cpu_count()} x {model}"
+    return f"{platform.system()} {platform.machine()}, {cpus}, {memory_gb:.0f} GiB"
+
+
+def start_cluster(cluster: LocalCluster, port: int) -> str:
+    """``cluster``'s tokens and service on ``port`` (0: a free one); its database URL."""
+    cluster.root.mkdir(parents=True, exist_ok=True)
+    db_url = f"sqlite:///{cluster.root / 'interstice.db'}"
+    for role in ROLES:
+        created = subprocess.run(
+            [*interstice_command(), "token", "create", "--role", role, "--db", db_url],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            check=True,
+        )
+        cluster.tokens[role] = created.stdout.strip().splitlines()[-1]
+    port = port or free_ports(1)[0]
+    cluster.url = f"http://127.0.0.1:{port}"
+    cluster._start_service(db_url, port, START_TIMEOUT_S)
+    return db_url
+
+
+def submit_jobs(cluster: LocalCluster, names: tuple[str, ...]) -> dict[str, str]:
+    """Submit ``examples/<name>.toml`` of each name as the user; ``{job_id: name}``."""
+    submitted = {}
+    for name in names:
+        document = read_job_file(EXAMPLES / f"{name}.toml")
+        job = cluster.request("user", "POST", "/v1/jobs", json=document)
+        submitted[job["job_id"]] = name
+    return submitted
+
+
+class Demo:
+    """The parts of one run and their order (see the module docstring)."""
+
+    def __init__(self, options: DemoOptions, console: Console) -> None:
+        self.options, self.console = options, console
+        self.stop = threading.Event()
+        self.descendants = Descendants()
+        self.root = Path(tempfile.mkdtemp(prefix="interstice-demo-"))
+        self.plan: ReplayPlan | None = None
+        self.cluster: LocalCluster | None = None
+        self.virtual: VirtualAgents | None = None
+        self.scheduler: SchedulerStandIn | None = None
+        self.db_url = ""
+        self.job_names: dict[str, str] = {}
+        self.error: str | None = None
+        self.replayed_s = 0.0
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        """SIGTERM/SIGINT: end the run cleanly (the main loop sees the flag)."""
+        self.stop.set()
+
+    def run(self) -> int:
+        """The whole run; the exit code (0 clean, 1 an error on the way)."""
+        jobs: list[dict[str, Any]] = []
+        stats: dict[str, Any] | None = None
+        try:
+            self.start()
+            if not self.stop.is_set():
+                self.replay()
+            jobs, stats = self.finish()
+        except Exception as error:  # reported in the summary; everything is stopped below
+            self.error = f"{type(error).__name__}: {' '.join(str(error).split())}"[:2000]
+        finally:
+            processes_left = self.shutdown()
+        outcomes = []
+        if self.scheduler is not None and self.db_url:
+            outcomes = reclaim_outcomes(self.db_url, self.scheduler.reclaims)
+        summary = final_summary(
+            machine=machine(),
+            duration_s=self.replayed_s,
+            speedup=self.options.speedup,
+            grace_s=self.options.grace_s,
+            trace_window=str(self.plan.window_start) if self.plan else "-",
+            real_nodes=list(self.plan.nodes) if self.plan else [],
+            virtual_nodes=self.options.virtual_nodes,
+            jobs=jobs,
+            job_names=self.job_names,
+            stats=stats,
+            outcomes=outcomes,
+            processes_left=processes_left,
+            error=self.error,
+        )
+        self.console.print(summary_table(summary))
+        if self.error is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            self.console.print(f"logs kept in {self.root}")
+        print(json.dumps(summary), flush=True)
+        return 0 if self.error is None else 1
+
+    def start(self) -> None:
+        """Plan, then start the service, the agents and the jobs."""
+        options = self.options
+        with self.console.status("Reading the Summit node-state trace..."):
+            trace = load_trace(Path(options.trace))
+            self.plan = plan_replay(
+                trace,
+                options.agents,
+                options.duration_s,
+                options.speedup,
+                MIN_IDLE_S,
+                tail_s=options.grace_s + 2 * HEARTBEAT_S,
+                seed=options.seed,
+            )
+        taken = set(self.plan.nodes)
+        virtual_nodes = [str(n) for n in trace.node_names if n not in taken]
+        virtual_nodes = virtual_nodes[: options.virtual_nodes]
+        self.console.print(
+            f"Replaying {options.duration_s:g} s = {self.plan.window_s / 3600:.1f} h of Summit "
+            f"from {self.plan.window_start} at {options.speedup:g}x on nodes "
+            f"{', '.join(self.plan.nodes)} ({self.plan.usable_reclaims} usable reclaims)"
+        )
+        self.cluster = LocalCluster(
+            self.root, list(self.plan.nodes), heartbeat_s=HEARTBEAT_S, grace_s=AGENT_GRACE_S
+        )
+        with self.console.status("Starting the service..."):
+            self.db_url = start_cluster(self.cluster, options.port)
+        self.console.print(
+            f"Dashboard: [bold]{self.cluster.url}/ui[/bold]   admin token: "
+            f"[bold]{self.cluster.tokens['admin']}[/bold]"
+        )
+        with self.console.status(f"Starting {options.agents} agents..."):
+            for node in self.plan.nodes:
+                self.cluster.start_agent(node)
+            self.descendants.scan()
+            self.wait_for(self.agents_alive, "the agents registered")
+            self.wait_for(self.cluster.spares_ready, "the agents' launchers warmed up")
+            self.descendants.scan()
+        if virtual_nodes:
+            with self.console.status(f"Registering {len(virtual_nodes)} simulated agents..."):
+                self.virtual = VirtualAgents(
+                    self.cluster.url, self.cluster.tokens["agent"], virtual_nodes
+                )
+                self.virtual.start(START_TIMEOUT_S)
+        self.job_names = submit_jobs(self.cluster, options.jobs)
+        self.console.print(
+            "Submitted " + ", ".join(f"{n} as {j}" for j, n in self.job_names.items())
+        )
+        self.scheduler = SchedulerStandIn(
+            self.plan,
+            lambda events: self.cluster.request(
+                "scheduler", "POST", "/v1/nodes/events", json={"events": events}
+            )["data"],
+            options.grace_s,
+            virtual_nodes,
+        )
+
+    def agents_alive(self) -> bool:
+        """Whether every real agent registered and is alive."""
+        assert self.cluster is not None and self.plan is not None
+        agents = self.cluster.request("admin", "GET", "/v1/agents")["data"]
+        alive = {a["node"] for a in agents if a["state"] == "alive"}
+        return alive >= set(self.plan.nodes)
+
+    def wait_for(self, condition: Any, what: str) -> None:
+        """Poll ``condition`` until true; stop early on a signal.
+
+        Raises:
+            TimeoutError: not within :data:`START_TIMEOUT_S`.
+            RuntimeError: an agent or the service exited.
+        """
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.stop.is_set():
+            self.check_processes()
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not within {START_TIMEOUT_S:.0f} s: {what}")
+            self.stop.wait(0.5)
+
+    def check_processes(self) -> None:
+        """Raise ``RuntimeError`` when the service or an agent exited."""
+        assert self.cluster is not None
+        if self.cluster.service is not None and self.cluster.service.poll() is not None:
+            raise RuntimeError(f"the service exited with code {self.cluster.service.returncode}")
+        for agent in self.cluster.agents.values():
+            if agent.process.poll() is not None:
+                raise RuntimeError(
+                    f"the agent of {agent.node} exited with code {agent.process.returncode}"
+                )
+
+    def replay(self) -> None:
+        """Replay the trace with the live view until the duration, a signal or an error."""
+        assert self.cluster is not None and self.scheduler is not None and self.plan
+        self.scheduler.start()
+        live = Live(console=self.console, auto_refresh=False, transient=False)
+        last_print = 0.0
+        with live if self.console.is_terminal else contextlib.nullcontext():
+            while not self.stop.wait(REFRESH_S):
+                elapsed_s = self.scheduler.elapsed_s()
+                if elapsed_s >= self.options.duration_s:
+                    break
+                self.check_processes()
+                if self.scheduler.error is not None:
+                    raise RuntimeError(f"posting node events: {self.scheduler.error}")
+                self.descendants.scan()
+                view = self.view(elapsed_s)
+                if self.console.is_terminal:
+                    live.update(view, refresh=True)
+                elif time.monotonic() - last_print >= 10:
+                    self.console.print(view)
+                    last_print = time.monotonic()
+
+    def view(self, elapsed_s: float) -> Any:
+        """The live view now."""
+        assert self.cluster is not None and self.scheduler is not None and self.plan
+        nodes = self.cluster.request("admin", "GET", "/v1/nodes")["data"]
+        jobs = self.cluster.request("admin", "GET", "/v1/jobs")["data"]
+        trace_at = self.plan.window_start + np.timedelta64(int(elapsed_s * self.plan.speedup), "s")
+        return live_view(
+            elapsed_s=elapsed_s,
+            duration_s=self.options.duration_s,
+            trace_time=str(trace_at),
+            nodes=nodes,
+            real_nodes=list(self.plan.nodes),
+            virtual_nodes=self.options.virtual_nodes,
+            jobs=jobs,
+            job_names=self.job_names,
+            events_posted=self.scheduler.posted,
+            reclaims=len(self.scheduler.reclaims),
+        )
+
+    def finish(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """Stop the replay, let the last reclaims' grace run out (also after a signal: at
+        most ``grace_s``), read jobs and stats."""
+        if self.cluster is None or self.scheduler is None:
+            return [], None
+        self.scheduler.stop()
+        self.replayed_s = self.scheduler.elapsed_s()
+        if self.scheduler.reclaims:
+            last = max(r.deadline for r in self.scheduler.reclaims) + timedelta(seconds=1)
+            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+        jobs = self.cluster.request("admin", "GET", "/v1/jobs")["data"]
+        since = self.scheduler.started_at.isoformat() if self.scheduler.started_at else None
+        stats = self.cluster.request("admin", "GET", "/v1/stats", params={"since": since})
+        return jobs, stats
+
+    def shutdown(self) -> int:
+        """Stop the simulated agents, the real ones (SIGTERM, then SIGKILL), the service,
+        and whatever of theirs is left; how many processes had to be stopped that way."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        if self.virtual is not None:
+            self.virtual.stop()
+        if self.cluster is not None:
+            self.descendants.scan()
+            self.cluster.close()
+        return self.descendants.stop_left()
+
+
+def main(options_json: str) -> int:
+    """Run the demo with options from ``interstice demo``; the exit code."""
+    options = DemoOptions(**json.loads(options_json))
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a log file: wide lines rather than wrapped ones
+        console = Console(highlight=False, width=140)
+    demo = Demo(options, console)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, demo.on_signal)
+    return demo.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
