@@ -141,8 +141,8 @@ class Client:
             base_url=server, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One request; the decoded JSON answer.
+    def call(self, method: str, path: str, missing_ok: bool = False, **kwargs: Any) -> Any:
+        """One request; the decoded JSON answer (None for a 404 when ``missing_ok``).
 
         Raises:
             typer.Exit: code 2 on a 4xx answer (its detail on one line), code 1 when the
@@ -152,6 +152,8 @@ class Client:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             unreachable(f"cannot reach the service at {self.server}: {exc}")
+        if response.status_code == 404 and missing_ok:
+            return None
         if 400 <= response.status_code < 500:
             fail(f"{method} {path}: {response.status_code} {detail_of(response)}")
         if response.status_code >= 500:
@@ -453,26 +455,34 @@ def logs(
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
-    """The output (stdout and stderr) of one rank, across the job's generations."""
-    api = client(server, token)
-    path = f"/v1/jobs/{job_id}/logs"
-    answer = api.call("GET", path, params={"rank": rank, "tail": tail})
-    sys.stdout.write(answer["text"])
-    sys.stdout.flush()
-    if not follow:
-        return
-    offset = answer["next_offset"]
+    """The output (stdout and stderr) of one rank, across the job's generations.
 
-    def more_and_ended() -> bool:
+    With --follow it waits for the log to appear and prints what is appended until the job has ended.
+    """  # noqa: E501 (one paragraph of --help)
+    api = client(server, token)
+    if not follow:
+        answer = api.call("GET", f"/v1/jobs/{job_id}/logs", params={"rank": rank, "tail": tail})
+        sys.stdout.write(answer["text"])
+        return
+    offset: int | None = None  # the first read is the tail, the next ones from its end
+
+    def print_new_and_ended() -> bool:
         nonlocal offset
         ended = api.job(job_id)["state"] in ENDED_STATES  # read before the last bytes
-        answer = api.call("GET", path, params={"rank": rank, "offset": offset})
-        sys.stdout.write(answer["text"])
-        sys.stdout.flush()
-        offset = answer["next_offset"]
-        return ended
+        while True:  # an answer holds at most the service's chunk: read until none is left
+            where = {"tail": tail} if offset is None else {"offset": offset}
+            answer = api.call(
+                "GET", f"/v1/jobs/{job_id}/logs", missing_ok=True, params={"rank": rank, **where}
+            )
+            if answer is None:  # no log of that rank yet
+                return ended
+            sys.stdout.write(answer["text"])
+            sys.stdout.flush()
+            offset = answer["next_offset"]
+            if not answer["text"]:
+                return ended
 
-    poll(more_and_ended, period_s, None)
+    poll(print_new_and_ended, period_s, None)
 
 
 @job_app.command("cancel")

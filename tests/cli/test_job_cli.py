@@ -145,6 +145,23 @@ def test_logs_span_generations_tail_ranks_and_follow_until_the_end(cli: Cli) -> 
     assert followed.stdout.count("appended") == 1
 
 
+def test_follow_waits_for_a_log_that_does_not_exist_yet(cli: Cli) -> None:
+    job_id = submit_flags(cli)
+    job_dir = Path(json.loads(cli("show", job_id, "--json").stdout)["job_dir"])
+    assert "no log" in one_line_error(cli("logs", job_id), 2)
+
+    def start_then_cancel() -> None:
+        write_rank_log(job_dir, 1, 0, "first words\n")
+        cli.service.request("user", "DELETE", f"/v1/jobs/{job_id}")
+
+    writer = threading.Thread(target=start_then_cancel)
+    writer.start()
+    followed = cli("logs", job_id, "--follow", "--period-s", "0.1")
+    writer.join()
+    assert followed.exit_code == 0, followed.output
+    assert followed.stdout == "first words\n"
+
+
 def write_config(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
     path = tmp_path / "client.toml"
     path.write_text(text)
