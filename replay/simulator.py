@@ -50,6 +50,13 @@ best per-node rate of progress (``max over n >= 1, d of r(n, d) * progress_per_s
 n``), i.e. the dedicated-node work done; *harvest* is their sum over idle node-seconds,
 comparable across models and <= utilization.
 
+The ``rigid`` baseline (:mod:`interstice.replay.rigid`, its docstring has the details) runs
+this loop with what a centre does today with a Slurm scavenger partition and ``torchrun`` jobs
+that checkpoint: every job asks for a fixed count (its ``max_nodes`` or ``--rigid-nodes``),
+starts in submission order with backfill when that many idle nodes are free, never resizes,
+checkpoints every ``checkpoint_interval_s`` of training, and when any of its nodes is
+reclaimed loses everything since its last checkpoint and requeues in its original place.
+
 Trace rows that restate a node's current state change nothing and are no event. Skipped
 solves (each provably returns the allocation in force, so skipping changes nothing):
 (i) no job is admitted; (ii) saturation: every admitted job holds its ``max_nodes`` at its

@@ -169,6 +169,16 @@ def test_nodes_file_end_and_weights_reach_the_replay(tiny_files, tmp_path):
     assert report["policies"]["greedy"]["idle_node_s"] == pytest.approx(3 * 100 + 2 * 50)
 
 
+def test_rate_error_and_learning_reach_the_settings(tiny_files, tmp_path):
+    args = ["--rate-error", "0.5", "--rate-seed", "3", "--learn", "--policy", "greedy"]
+    result = runner.invoke(
+        app, ["replay", *args_of(tiny_files), *args, "--no-baselines", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.stderr
+    settings = json.loads((tmp_path / "report.json").read_text())["settings"]
+    assert (settings["rate_error"], settings["rate_seed"], settings["learn"]) == (0.5, 3, True)
+
+
 def test_bad_priority_column_exits_2_naming_the_line(tiny_files, tmp_path):
     jobs = tiny_files["--jobs"]
     lines = jobs.read_text().splitlines()
