@@ -156,7 +156,7 @@ class Options:
     start: np.ndarray
 
     def subset(self, keep: np.ndarray) -> Options:
-        """The options where ``keep`` (bool, shape (k,)) holds, each job keeping at least one."""
+        """The options where ``keep`` (bool, shape (k,)) holds; it must keep one per job."""
         kept_per_job = np.add.reduceat(keep.astype(int), self.start[:-1]) if len(keep) else []
         start = np.concatenate([[0], np.cumsum(kept_per_job)]).astype(int)
         return Options(

@@ -43,7 +43,9 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     allocation solves the LP relaxation integrally (there are nodes for every job's hull
     steps, or they run out exactly at a step: status ``optimal``, backend ``greedy``,
     termination ``lp-integral``; see
-    :func:`interstice.optimizer.policies.greedy_choice`). When the time limit ends without a
+    :func:`interstice.optimizer.policies.greedy_choice`). Otherwise the options that cannot
+    beat the greedy answer are dropped (exact reduction (iii) of the formulation) and the
+    backend solves the rest, from the greedy answer. When the time limit ends without a
     proof, the solver's best incumbent is returned (``feasible``); with no incumbent, the
     greedy allocation (``fallback``, backend ``greedy``). Never an empty answer.
 
