@@ -34,6 +34,9 @@ class ElasticSampler(Sampler[list[int]]):
     position moves only when :meth:`advance` is called after a step (``State.step`` does), so a
     DataLoader that prefetches does not move it, and a new pass after :meth:`load_state_dict`
     starts at the restored position. Create the DataLoader's iterator after ``State.load()``.
+    For a data set that takes a list of indices at once (``TensorDataset``, a memory-mapped
+    array), ``DataLoader(dataset, sampler=sampler, batch_size=None)`` fetches each step's
+    share in one call instead of sample by sample.
 
     Args:
         dataset_len: number of samples in the data set (>= 1).

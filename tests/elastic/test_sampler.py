@@ -6,6 +6,7 @@ from elastic_records import coverage_problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from interstice.elastic import ElasticSampler, accumulate, micro_batch_sizes, plan, shares
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def run_steps(state: dict, dataset_len: int, global_batch_size: int, world_size: int, steps: int,
@@ -90,6 +91,14 @@ def test_one_pass_runs_to_the_end_of_the_epoch_and_starts_at_the_saved_position(
     assert list(sampler) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
     sampler.advance(2)
     assert len(sampler) == 1 and list(sampler) == [[8, 9, 0, 1]]
+
+
+def test_a_plain_dataloader_takes_it_as_batch_sampler_or_as_sampler_of_index_lists():
+    dataset = TensorDataset(torch.arange(10.0), torch.arange(10))
+    sampler = ElasticSampler(10, 4, seed=0, shuffle=False, rank=1, world_size=2)
+    by_batch_sampler = [y.tolist() for _, y in DataLoader(dataset, batch_sampler=sampler)]
+    by_sampler = [y.tolist() for _, y in DataLoader(dataset, sampler=sampler, batch_size=None)]
+    assert by_batch_sampler == by_sampler == [[2, 3], [6, 7], [0, 1]]
 
 
 def test_a_state_of_other_data_is_refused():
