@@ -51,8 +51,9 @@ Summit table (AlexNet 0.819, DenseNet 0.976, mnasnet1 0.943, mobilenet 0.948, re
 
 DEFAULT_ONE_NODE_SAMPLES_PER_S = 3039.9
 """a of the default curve, samples/s: the median one-node rate of the Summit table
-(mobilenet's; the seven range 989.9 to 7115.3). Only the raw-throughput objective reads
-the level; the normalised one divides it out."""
+(mobilenet's; the seven range 989.9 to 7115.3). The default node_seconds objective divides
+a job's level out of its own term (but for the cap at its remaining samples); raw samples
+(``Weights(node_seconds=False)``) weigh it against the other jobs'."""
 
 PRIOR_WEIGHT = 1.0
 """How many observations the prior's slope counts as in the fit (it never weighs on the
