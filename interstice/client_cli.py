@@ -393,7 +393,8 @@ def submit(
     if nodes is not None:
         document["min_nodes"], document["max_nodes"] = parse_nodes(nodes)
     if env:
-        document["env"] = {**document.get("env", {}), **parse_env(env)}
+        given = document.get("env", {})  # a bad one is left for validate_job to name
+        document["env"] = {**given, **parse_env(env)} if isinstance(given, dict) else given
     if workdir is not None:
         document["workdir"] = str(workdir.resolve())
     document.setdefault("workdir", str(Path.cwd()))

@@ -230,6 +230,8 @@ def test_bad_job_files_and_flags_are_one_line_naming_the_key(cli: Cli, tmp_path:
     path.write_text(JOB_TOML)
     assert "--nodes" in one_line_error(cli("submit", str(path), "--nodes", "1-4"), 2)
     assert "--env" in one_line_error(cli("submit", "--env", "NOEQUALS"), 2)
+    path.write_text(JOB_TOML.replace('env = { SEED = "7" }', 'env = "SEED=7"'))
+    assert "env" in one_line_error(cli("submit", str(path), "--env", "A=1"), 2)
     fractional = cli("submit", "--command", "x.py", "--nodes", "1", "--total-samples", "1.5")
     assert "total_samples" in one_line_error(fractional, 2)
 
