@@ -63,6 +63,19 @@ def test_plan_prefers_long_idle_spans_reclaimed_at_new_moments() -> None:
     ]
 
 
+def test_plan_avoids_flickering_nodes() -> None:
+    # Both are reclaimed once after >= 10 real s idle; a is idle longer in all but flickers
+    # (idle 1 s, twice), which would restart a job's workers twice for nothing.
+    trace = trace_of(
+        [True, True],
+        [(1500, 0, False), (1560, 0, True), (1620, 0, False), (1680, 0, True), (1740, 0, False)]
+        + [(2400, 0, True), (1200, 1, False)],
+        end_s=3600,
+    )
+    plan = plan_replay(trace, 1, duration_s=60, speedup=60, min_idle_s=10, tail_s=10)
+    assert plan.nodes == ("b",)
+
+
 def test_plan_refuses_a_window_longer_than_the_trace() -> None:
     trace = trace_of([True], [(60, 0, False)], end_s=600)
     with pytest.raises(ValueError, match="exceed"):

@@ -8,8 +8,10 @@ spans of at least ``min_idle_s`` (real seconds, clipped to the window) that the 
 takes back early enough that the grace period ends inside the run. It takes one of the best
 windows (``seed`` draws it) and, greedily, the nodes that add the most usable reclaims at
 moments no chosen node already changes (neighbouring Summit nodes are freed and taken back
-together by one big job; the demo wants rescales, not only whole preemptions), then the most
-harvestable idle time. The local agents take the chosen Summit hosts' names.
+together by one big job; the demo wants rescales, not only whole preemptions) less their
+flickers (idle spans too short for a job to start: every change restarts the job's
+workers, so a flickering node would keep a job from training), then the most harvestable
+idle time. The local agents take the chosen Summit hosts' names.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class ReplayPlan:
         nodes: the chosen Summit hosts, one local agent each.
         initial_idle: each node's state at the start, ``{node: idle}``.
         changes: the later changes, in time order.
-        usable_reclaims: the chosen nodes' usable reclaims.
+        usable_reclaims: the chosen nodes' usable reclaims at distinct moments.
     """
 
     window_start: np.datetime64
@@ -191,43 +193,52 @@ def _choose_nodes(
     count: int,
     apart_s: float,
 ) -> tuple[list[int], int]:
-    """Greedily ``count`` trace node ids: the most usable reclaims at moments no chosen
-    node changes, then the most idle seconds in usable spans; and how many of their usable
-    reclaims fell at such new moments."""
+    """Greedily ``count`` trace node ids, each the best by: usable reclaims at moments no
+    chosen node changes, less its flickers (idle spans too short to use: a rescale up and
+    one down for nothing); then idle seconds in usable spans. Returns them and how many
+    usable reclaims they add at new moments."""
+    n = len(trace.node_names)
     end_s = start_s + window_s
     inside = (spans.end_s > start_s) & (spans.start_s < end_s)
     clipped_s = np.minimum(spans.end_s, end_s) - np.maximum(spans.start_s, start_s)
     usable = _usable_reclaims(spans, start_s, window_s, min_idle_s, tail_s)
-    idle_s = np.bincount(
-        spans.node[inside & (clipped_s >= min_idle_s)],
-        weights=clipped_s[inside & (clipped_s >= min_idle_s)],
-        minlength=len(trace.node_names),
+    long_enough = inside & (clipped_s >= min_idle_s)
+    idle_s = np.bincount(spans.node[long_enough], weights=clipped_s[long_enough], minlength=n)
+    flickers = np.bincount(
+        spans.node[inside & (clipped_s < min_idle_s) & (spans.end_s < end_s)], minlength=n
     )
-    first = np.searchsorted(spans.node, np.arange(len(trace.node_names) + 1))  # node-sorted
-    reclaim_s, edges = {}, {}
-    for node in np.unique(spans.node[usable]):
+    first = np.searchsorted(spans.node, np.arange(n + 1))  # spans are sorted by node
+
+    def changes_s(node: int) -> np.ndarray:
+        """Every moment ``node`` changes state inside the window."""
         mine = slice(first[node], first[node + 1])
-        reclaim_s[int(node)] = spans.end_s[mine][usable[mine]]
         starts, ends = spans.start_s[mine][inside[mine]], spans.end_s[mine][inside[mine]]
-        # every moment the node changes state inside the window
-        edges[int(node)] = np.concatenate([starts[starts > start_s], ends[ends < end_s]])
+        return np.concatenate([starts[starts > start_s], ends[ends < end_s]])
+
+    reclaim_s = {
+        int(node): spans.end_s[first[node] : first[node + 1]][usable[first[node] : first[node + 1]]]
+        for node in np.unique(spans.node[usable])
+    }
     chosen: list[int] = []
     taken = np.empty(0)
     total = 0
     for _ in range(count):
-        best, best_key = -1, (-1, -1.0)
+        # Among the nodes without a usable reclaim: the fewest flickers, then the idlest.
+        others = np.ones(n, dtype=bool)
+        others[chosen + list(reclaim_s)] = False
+        best, best_new, best_key = -1, 0, (-np.inf, -1.0)
+        if others.any():
+            ids = np.flatnonzero(others)
+            best = int(ids[np.lexsort((-idle_s[ids], flickers[ids]))[0]])
+            best_key = (-float(flickers[best]), float(idle_s[best]))
         for node, times in reclaim_s.items():
             if node in chosen:
                 continue
             new = int((~(np.abs(taken[:, None] - times[None, :]) < apart_s).any(axis=0)).sum())
-            key = (new, float(idle_s[node]))
+            key = (float(new - flickers[node]), float(idle_s[node]))
             if key > best_key:
-                best, best_key = node, key
-        if best < 0:  # fewer candidates than nodes: the idlest of the rest
-            rest = np.argsort(-idle_s, kind="stable")
-            best = int(next(i for i in rest if i not in chosen))
-        else:
-            total += best_key[0]
-            taken = np.concatenate([taken, edges[best]])
+                best, best_new, best_key = node, new, key
         chosen.append(best)
+        total += best_new
+        taken = np.concatenate([taken, changes_s(best)])
     return chosen, total
