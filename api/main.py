@@ -14,7 +14,17 @@ from fastapi.responses import JSONResponse
 from interstice.api import db as database
 from interstice.api.control import ControlLoop, Solver, optimizer_solver
 from interstice.api.metrics import Metrics, RequestLatency
-from interstice.api.routes import agents, health, jobs, nodes, objective, scalability, stats
+from interstice.api.routes import (
+    agents,
+    health,
+    jobs,
+    nodes,
+    objective,
+    scalability,
+    solves,
+    stats,
+    ui,
+)
 from interstice.api.service import Service
 from interstice.api.settings import Settings
 from interstice.api.state import Conflict, NotFound
@@ -57,8 +67,9 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
     )
     app.state.service = service
     app.state.control = control
-    for module in (nodes, jobs, agents, objective, scalability, stats, health):
+    for module in (nodes, jobs, agents, objective, solves, scalability, stats, health, ui):
         app.include_router(module.router)
+    app.mount(ui.STATIC_PATH, ui.static_files(), name="ui-static")
     app.add_middleware(RequestLatency, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)

@@ -665,5 +665,109 @@ class StatsPublic(BaseModel):
     wait_mean_s: float | None
 
 
+class SolveJobPublic(BaseModel):
+    """One job's share in a solve.
+
+    Attributes:
+        node_count: nodes the solve gave it.
+        spb_depth: SPB depth it was to run at.
+        samples_per_s: expected throughput at that count and depth, samples/s.
+        rescaled: whether the solve changed its node count or depth.
+    """
+
+    job_id: str
+    node_count: int
+    spb_depth: int
+    samples_per_s: float
+    rescaled: bool
+
+
+class SolvePublic(BaseModel):
+    """One solve of the control loop that was applied.
+
+    Attributes:
+        id: its number, increasing.
+        at: when its allocation was written.
+        status: ``optimal``, ``feasible`` or ``fallback``.
+        backend: what decided (``cbc``, ``cpsat``, ``greedy``, ...).
+        objective: objective value of the allocation.
+        solve_time_s: wall-clock seconds of the solve, model building included.
+        horizon_s: forecast horizon it used, seconds.
+        rescales: jobs whose node count or SPB depth it changed.
+        jobs: each job's share.
+    """
+
+    id: int
+    at: datetime
+    status: str
+    backend: str
+    objective: float
+    solve_time_s: float
+    horizon_s: float
+    rescales: int
+    jobs: list[SolveJobPublic]
+
+
+class SolvesPublic(BaseModel):
+    """Solves, newest first; ``count`` is the total before ``limit``/``offset``."""
+
+    data: list[SolvePublic]
+    count: int
+
+
+class NodeHistoryPoint(BaseModel):
+    """The nodes at one instant (the values hold until the next point).
+
+    Attributes:
+        at: the instant.
+        idle: nodes the scheduler had reported idle.
+        busy: nodes known then that were not idle (the scheduler's, reclaimed included).
+        allocated: nodes held per job id (jobs holding none are left out).
+        agents_alive: agents alive at the newest lease sweep before ``at``; None before this
+            service process's first sweep (the count is kept in memory, see
+            :class:`NodeHistoryPublic`).
+    """
+
+    at: datetime
+    idle: int
+    busy: int
+    allocated: dict[str, int]
+    agents_alive: int | None
+
+
+class ReclaimPublic(BaseModel):
+    """A node the scheduler took back from the job holding it (a ``busy`` event)."""
+
+    at: datetime
+    node: str
+    job_id: str
+
+
+class NodeHistoryPublic(BaseModel):
+    """The nodes over time from ``since`` to ``until``.
+
+    Idle and busy come from the scheduler's node events (idle intervals), allocations from
+    the jobs' rescale records: a point at each change, or, when there are more changes than
+    ``points``, at ``points`` evenly spaced instants. Alive agents are counted at each lease
+    sweep of this process and kept in memory (at most the newest
+    :data:`interstice.api.history.AGENT_COUNTS_KEPT` changes), from ``agents_alive_since``.
+
+    Attributes:
+        since: start of the window.
+        until: end of the window (now).
+        data: the points, oldest first.
+        count: number of points.
+        reclaims: reclaims in the window, oldest first (at most the newest 1,000).
+        agents_alive_since: when this process began counting alive agents.
+    """
+
+    since: datetime
+    until: datetime
+    data: list[NodeHistoryPoint]
+    count: int
+    reclaims: list[ReclaimPublic]
+    agents_alive_since: datetime
+
+
 class Health(BaseModel):
     status: Literal["ok"]

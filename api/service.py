@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from interstice.api import schemas, state
+from interstice.api import history, schemas, state
 from interstice.api.db import Database
 from interstice.api.logs import read_rank_log
 from interstice.api.metrics import Metrics
@@ -111,6 +111,8 @@ class Service:
         recorded for it, the largest ``samples_done`` recorded (see :meth:`_news`)."""
         self._lease_lock = threading.Lock()
         self._started = time.monotonic()
+        self.agent_counts = history.AgentCounts(utcnow())
+        """Alive agents at each lease sweep (the database keeps no such history)."""
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -569,6 +571,7 @@ class Service:
             for agent in lost:
                 log.info("agent %s on %s lost", agent.agent_id, agent.node)
             state.agents_gone(session, lost, "lost", changes)  # one rescale per job
+            self.agent_counts.record(wall, len(alive) - len(silent))
             fresh = [
                 {"id": a, "last_heartbeat_at": wall - timedelta(seconds=now - leases[a])}
                 | ({"report": reports[a]} if a in reports else {})
@@ -714,6 +717,21 @@ class Service:
         (:func:`interstice.api.stats.compute_stats`)."""
         with self.db.read() as session:
             return compute_stats(session, self.scalability(session), since, utcnow())
+
+    def node_history(self, since: datetime | None) -> schemas.NodeHistoryPublic:
+        """The nodes over time from ``since`` (None: the last hour) to now
+        (:func:`interstice.api.history.node_history`)."""
+        until = utcnow()
+        with self.db.read() as session:
+            return history.node_history(
+                session, self.agent_counts, since or until - timedelta(hours=1), until
+            )
+
+    def solves(self, limit: int, offset: int) -> schemas.SolvesPublic:
+        """The applied solves, newest first (:func:`interstice.api.history.solves`)."""
+        with self.db.read() as session:
+            data, count = history.solves(session, limit, offset)
+        return schemas.SolvesPublic(data=data, count=count)
 
     def refresh_gauges(self) -> None:
         """Read the gauges' values from the database (at scrape time)."""

@@ -1,8 +1,16 @@
-"""Scheduler-facing routes: node events and the node list."""
+"""Scheduler-facing routes: node events, the node list and the nodes over time."""
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
-from interstice.api.schemas import NodeEventsCreate, NodeEventsResult, NodesPublic
+from interstice.api.schemas import (
+    NodeEventsCreate,
+    NodeEventsResult,
+    NodeHistoryPublic,
+    NodesPublic,
+    UTCTime,
+)
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -26,3 +34,19 @@ def get_nodes(service: ServiceDep, _: NodeReader) -> NodesPublic:
     """Every node: scheduler state, agent, holder and whether it is allocatable (idle with
     an alive agent). Roles: scheduler, admin."""
     return service.list_nodes()
+
+
+@router.get("/history", **roles("scheduler", "admin"))
+def get_node_history(
+    service: ServiceDep,
+    _: NodeReader,
+    since: Annotated[
+        UTCTime | None,
+        Query(description="start of the window (ISO 8601); default: an hour ago"),
+    ] = None,
+) -> NodeHistoryPublic:
+    """The nodes over time, from ``since`` to now: idle, busy and held per job (from the
+    node events and the jobs' rescale records, a point per change or at most 2,000 evenly
+    spaced), alive agents (counted by this process at each lease sweep) and the reclaims.
+    Roles: scheduler, admin."""
+    return service.node_history(since)

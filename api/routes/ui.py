@@ -1,0 +1,29 @@
+"""The dashboard: ``GET /ui`` answers its page; its scripts, styles and the vendored chart
+library are static files under ``/ui/static`` (shipped in the package, no build step).
+
+The page reads the same public API as any client, with the bearer token the user types.
+"""
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from starlette.staticfiles import StaticFiles
+
+UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+"""The dashboard's static files (``interstice/api/ui`` once installed)."""
+STATIC_PATH = "/ui/static"
+
+router = APIRouter(tags=["ui"], include_in_schema=False)
+
+
+@router.get("/ui")
+def dashboard() -> FileResponse:
+    """The dashboard's page (no token needed to load it: every view asks the API with the
+    token typed into the page)."""
+    return FileResponse(UI_DIR / "index.html", media_type="text/html")
+
+
+def static_files() -> StaticFiles:
+    """The app to mount at :data:`STATIC_PATH`."""
+    return StaticFiles(directory=UI_DIR)

@@ -1,0 +1,70 @@
+// uPlot charts of the views (the vendored uPlot, a global of uPlot.iife.min.js): every
+// chart has a title, axes with units and a legend; the time axis is in the browser's zone
+// and the legend shows the cursor's time in UTC too.
+
+import { el } from "./fmt.js";
+
+const utcClock = (seconds) => new Date(seconds * 1000).toISOString().slice(11, 19);
+
+// The x series of a time chart: local date-time, UTC in brackets (legend on hover).
+export const timeSeries = {
+  label: "time",
+  value: (u, seconds) =>
+    seconds === null || seconds === undefined
+      ? "—"
+      : `${new Date(seconds * 1000).toLocaleString()} (UTC ${utcClock(seconds)})`,
+};
+
+export const stepped = () => uPlot.paths.stepped({ align: 1 });
+
+// A chart in `container` that is rebuilt when its series change (jobs come and go) and
+// otherwise only given new data.
+export class Chart {
+  constructor(container, { title, yLabel, y2Label, height = 260, x = timeSeries, xAxis = {}, yAxis = {}, scales }) {
+    this.container = container;
+    this.base = { title, yLabel, y2Label, height, x, xAxis, yAxis, scales };
+    this.plot = null;
+    this.key = null;
+    addEventListener("resize", () => this.plot?.setSize({ width: this.width(), height }));
+  }
+
+  width() {
+    return Math.max(320, this.container.clientWidth - 8);
+  }
+
+  // series: uPlot series options (after x); data: [xs, ...ys].
+  update(series, data) {
+    const key = JSON.stringify(series.map((s) => [s.label, s.scale || "y"]));
+    if (this.plot && key === this.key) {
+      this.plot.setData(data);
+      return;
+    }
+    this.plot?.destroy();
+    this.key = key;
+    const { title, yLabel, y2Label, height, x, xAxis, yAxis, scales } = this.base;
+    const axes = [
+      { label: x === timeSeries ? "time (your time zone)" : x.label, ...xAxis },
+      { label: yLabel, scale: "y", ...yAxis },
+    ];
+    if (y2Label) axes.push({ label: y2Label, scale: "y2", side: 1, grid: { show: false } });
+    this.plot = new uPlot(
+      {
+        title,
+        width: this.width(),
+        height,
+        scales: scales || { x: { time: x === timeSeries }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+        axes,
+        series: [x, ...series],
+        legend: { live: true },
+        cursor: { drag: { x: true, y: false } },
+      },
+      data,
+      this.container,
+    );
+  }
+}
+
+// A container for a chart, with a class the tests find it by.
+export function chartBox(name) {
+  return el("div", { class: "chart", "data-chart": name });
+}

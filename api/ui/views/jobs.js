@@ -1,0 +1,172 @@
+// Jobs view: a Gantt of each job (one lane per job: a bar while it holds nodes, its node
+// count and SPB depth in the legend, rescale and preemption marks), its node count over
+// time, the running jobs' progress (samples, rate, loss, ETA) and the queue with wait times.
+// GET /v1/jobs answers a user's own jobs and an admin's all: the view shows what it gets.
+
+import { get } from "../api.js";
+import { Chart, chartBox, stepped } from "../charts.js";
+import { duration, el, failure, fill, jobColor, num, panel, table, time } from "../fmt.js";
+
+const SHOWN = 12; // jobs in the charts: the newest ones
+const PREEMPTIONS = new Set(["reclaim", "agent_lost", "agent_left"]);
+
+export function mount(section) {
+  const gantt = panel("Jobs over time", "jobs-gantt");
+  const progress = panel("Jobs", "jobs-table");
+  const queue = panel("Queue", "jobs-queue");
+  const ganttBox = chartBox("jobs-gantt");
+  const nodesBox = chartBox("jobs-nodes");
+  section.replaceChildren(gantt, progress, queue);
+  const shown = { jobs: [] }; // the jobs of the lanes, bottom up
+  const lanes = new Chart(ganttBox, {
+    title: "Jobs: a bar while the job holds nodes (legend: nodes · SPB depth)",
+    yLabel: "job",
+    height: 240,
+    scales: { x: { time: true }, y: { range: () => [0.3, Math.max(1, shown.jobs.length) + 0.7] } },
+    yAxis: {
+      splits: () => shown.jobs.map((_, i) => i + 1),
+      values: () => shown.jobs.map((j) => j.job_id),
+    },
+  });
+  const counts = new Chart(nodesBox, { title: "Nodes per job", yLabel: "nodes", height: 220 });
+  return {
+    async refresh() {
+      let answer;
+      try {
+        answer = await get("/v1/jobs?limit=200");
+      } catch (error) {
+        for (const p of [gantt, progress, queue]) fill(p, failure(error));
+        return;
+      }
+      const jobs = answer.data;
+      const rates = await latestRates(jobs.filter((j) => j.state === "running"));
+      if (!gantt.contains(ganttBox)) fill(gantt, ganttBox, nodesBox);
+      shown.jobs = jobs.slice(0, SHOWN).reverse();
+      drawTimeline(lanes, counts, shown.jobs);
+      fill(progress, jobsTable(jobs, rates));
+      fill(queue, queueTable(jobs.filter((j) => j.state === "queued")));
+    },
+  };
+}
+
+// The newest reported samples/s of each job (GET /v1/jobs/{id}/metrics?limit=1).
+async function latestRates(jobs) {
+  const answers = await Promise.allSettled(
+    jobs.map((j) => get(`/v1/jobs/${j.job_id}/metrics?limit=1`)),
+  );
+  const rates = {};
+  answers.forEach((a, i) => {
+    const last = a.status === "fulfilled" ? a.value.data.at(-1) : null;
+    if (last && last.samples_per_s) rates[jobs[i].job_id] = last.samples_per_s;
+  });
+  return rates;
+}
+
+// Each job's (time s, nodes, depth) steps: 0 nodes from submission, then every rescale.
+function steps(job) {
+  const out = [[new Date(job.submitted_at).getTime() / 1000, 0, job.spb_depth, null]];
+  for (const r of job.rescales) {
+    out.push([new Date(r.at).getTime() / 1000, r.to_nodes.length, r.to_spb_depth, r.reason]);
+  }
+  return out;
+}
+
+function drawTimeline(lanes, counts, jobs) {
+  const now = Date.now() / 1000;
+  const perJob = jobs.map(steps);
+  const xs = [...new Set([...perJob.flat().map((s) => s[0]), now])].sort((a, b) => a - b);
+  const at = (s, x) => {
+    let found = null;
+    for (const step of s) if (step[0] <= x) found = step;
+    return found;
+  };
+  const nodes = perJob.map((s) => xs.map((x) => at(s, x)?.[1] ?? null));
+  const depth = perJob.map((s) => xs.map((x) => at(s, x)?.[2] ?? null));
+  const lane = (i, n) => n.map((count) => (count ? i + 1 : null));
+  const marks = (i, test) =>
+    xs.map((x) => (perJob[i].some((s) => s[0] === x && s[3] && test(s[3])) ? i + 1 : null));
+  const ganttSeries = jobs.map((job, i) => ({
+    label: job.job_id,
+    stroke: jobColor(job.job_id),
+    width: 14,
+    paths: stepped(),
+    points: { show: false },
+    value: (u, v, si, di) => (di === null || di === undefined ? "—" : `${nodes[i][di] ?? 0} nodes · SPB ${depth[i][di] ?? 0}`),
+  }));
+  // one series of marks per kind: at a lane's height where one of its jobs rescaled
+  const markSeries = (label, color, test) => {
+    const perLane = jobs.map((_, i) => marks(i, test));
+    return {
+      series: {
+        label,
+        stroke: color,
+        width: 0,
+        paths: () => null,
+        points: { show: true, size: 10, fill: color, stroke: "#fff" },
+        value: (u, v) => (v ? jobs[v - 1].job_id : "—"),
+      },
+      column: xs.map((_, k) => perLane.map((m) => m[k]).find((m) => m) ?? null),
+    };
+  };
+  const rescale = markSeries("rescale", "#333", (reason) => reason === "allocation");
+  const preempt = markSeries("preemption (reclaim, agent lost)", "#d62728", (reason) => PREEMPTIONS.has(reason));
+  lanes.update(
+    [...ganttSeries, rescale.series, preempt.series],
+    [xs, ...jobs.map((_, i) => lane(i, nodes[i])), rescale.column, preempt.column],
+  );
+  counts.update(
+    jobs.map((job) => ({ label: `${job.job_id} (nodes)`, stroke: jobColor(job.job_id), width: 2, paths: stepped() })),
+    [xs, ...nodes],
+  );
+}
+
+function jobsTable(jobs, rates) {
+  const eta = (job) => {
+    const rate = rates[job.job_id];
+    return job.state === "running" && rate ? duration((job.total_samples - job.samples_done) / rate) : "—";
+  };
+  const bar = (job) => {
+    const share = Math.min(1, job.samples_done / job.total_samples);
+    return el(
+      "div",
+      { class: "progress", title: `${job.samples_done} of ${job.total_samples} samples` },
+      el("div", { class: "done", style: `width:${(100 * share).toFixed(1)}%;background:${jobColor(job.job_id)}` }),
+      el("span", { text: `${num(job.samples_done, 0)} / ${num(job.total_samples, 0)}` }),
+    );
+  };
+  const rows = jobs.map((job) => ({ ...job, __attrs: { "data-job": job.job_id, class: `state-${job.state}` } }));
+  return table(
+    [
+      ["job", (j) => j.job_id],
+      ["state", (j) => el("span", { class: `badge ${j.state}`, text: j.state, title: j.error || "" })],
+      ["model", (j) => j.model || "—"],
+      ["nodes", (j) => `${j.world_size} (${j.min_nodes}–${j.max_nodes})`],
+      ["SPB depth", (j) => j.spb_depth],
+      ["samples done", bar],
+      ["rate (samples/s)", (j) => num(rates[j.job_id] ?? null, 1)],
+      ["last loss", (j) => num(j.last_loss, 4)],
+      ["ETA", eta],
+      ["rescales", (j) => j.rescales.length],
+      ["submitted", (j) => time(j.submitted_at)],
+    ],
+    rows,
+    { class: "jobs" },
+  );
+}
+
+function queueTable(queued) {
+  const now = Date.now();
+  const rows = [...queued].sort((a, b) => a.job_id.localeCompare(b.job_id, undefined, { numeric: true }));
+  return table(
+    [
+      ["job", (j) => j.job_id],
+      ["model", (j) => j.model || "—"],
+      ["nodes wanted", (j) => `${j.min_nodes}–${j.max_nodes}`],
+      ["priority", (j) => num(j.priority)],
+      ["submitted", (j) => time(j.submitted_at)],
+      ["waiting", (j) => duration((now - new Date(j.submitted_at).getTime()) / 1000)],
+    ],
+    rows,
+    { class: "queue" },
+  );
+}

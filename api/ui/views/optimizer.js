@@ -1,0 +1,187 @@
+// Optimizer view: each applied solve (GET /v1/solves: time, status, objective, solve time,
+// rescales), the objective's weights (GET /v1/objective, changed through PUT
+// /v1/objective: the same validation and audit as any client) and the audit log (GET
+// /v1/audit). Admins only.
+
+import { call, get } from "../api.js";
+import { Chart, chartBox } from "../charts.js";
+import { el, failure, fill, num, panel, table, time } from "../fmt.js";
+
+const SOLVES_SHOWN = 15;
+// The objective's fields: [name, input type, help]
+const FIELDS = [
+  ["throughput", "number", "weight of the goodput term"],
+  ["node_seconds", "checkbox", "count goodput in dedicated node-seconds (harvest)"],
+  ["speedup", "checkbox", "count goodput as speedup over one node"],
+  ["fairness", "number", "weight of the fairness term"],
+  ["priority", "number", "exponent of job priorities"],
+  ["churn", "number", "penalty per rescale"],
+  ["early_finish", "number", "beta of the early-finish term, 0..1"],
+  ["horizon_s", "text", "forecast horizon, seconds, or auto"],
+  ["backend", "select", "MILP backend"],
+  ["time_limit_s", "number", "solver time limit, seconds"],
+];
+
+export function mount(section) {
+  const solves = panel("Solves", "optimizer-solves");
+  const weights = panel("Objective", "optimizer-objective");
+  const audit = panel("Audit log", "optimizer-audit");
+  const box = chartBox("solves");
+  section.replaceChildren(solves, weights, audit);
+  const chart = new Chart(box, {
+    title: "Solves: solve time, objective and rescales",
+    yLabel: "solve time (s) · rescales (jobs)",
+    y2Label: "objective (goodput units)",
+    height: 240,
+    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] }, y2: { auto: true } },
+  });
+  const form = objectiveForm(() => refreshAudit(audit));
+  return {
+    async refresh() {
+      const [answer, objective] = await Promise.allSettled([get("/v1/solves?limit=200"), get("/v1/objective")]);
+      if (answer.status === "rejected") fill(solves, failure(answer.reason));
+      else {
+        if (!solves.contains(box)) fill(solves, box, el("div", { class: "solves-table" }));
+        drawSolves(chart, answer.value.data);
+        solves.querySelector(".solves-table").replaceChildren(solvesTable(answer.value.data.slice(0, SOLVES_SHOWN)));
+      }
+      if (objective.status === "rejected") fill(weights, failure(objective.reason));
+      else {
+        if (!weights.contains(form.node)) fill(weights, form.node);
+        form.show(objective.value);
+      }
+      await refreshAudit(audit);
+    },
+  };
+}
+
+async function refreshAudit(audit) {
+  try {
+    const answer = await get("/v1/audit?limit=20");
+    fill(audit, auditTable(answer.data));
+  } catch (error) {
+    fill(audit, failure(error));
+  }
+}
+
+function drawSolves(chart, solves) {
+  const ordered = [...solves].reverse();
+  chart.update(
+    [
+      { label: "solve time (s)", stroke: "#1f77b4", width: 2, points: { show: true, size: 6 } },
+      { label: "rescales (jobs)", stroke: "#ff7f0e", width: 0, paths: () => null, points: { show: true, size: 8, fill: "#ff7f0e" } },
+      { label: "objective", stroke: "#2ca02c", width: 2, scale: "y2", points: { show: true, size: 6 } },
+    ],
+    [
+      ordered.map((s) => new Date(s.at).getTime() / 1000),
+      ordered.map((s) => s.solve_time_s),
+      ordered.map((s) => s.rescales),
+      ordered.map((s) => s.objective),
+    ],
+  );
+}
+
+function solvesTable(solves) {
+  return table(
+    [
+      ["time", (s) => time(s.at)],
+      ["status", (s) => el("span", { class: `badge ${s.status}`, text: s.status })],
+      ["backend", (s) => s.backend],
+      ["objective", (s) => num(s.objective, 4)],
+      ["solve time (s)", (s) => num(s.solve_time_s, 3)],
+      ["horizon (s)", (s) => num(s.horizon_s, 0)],
+      ["rescales", (s) => s.rescales],
+      ["allocation", (s) => s.jobs.map((j) => `${j.job_id}: ${j.node_count} n, SPB ${j.spb_depth}`).join("; ") || "—"],
+    ],
+    solves.map((s) => ({ ...s, __attrs: { "data-solve": s.id } })),
+    { class: "solves" },
+  );
+}
+
+function auditTable(entries) {
+  const changed = (a) =>
+    Object.keys(a.new)
+      .filter((k) => JSON.stringify(a.old?.[k]) !== JSON.stringify(a.new[k]))
+      .map((k) => `${k}: ${JSON.stringify(a.old?.[k] ?? null)} → ${JSON.stringify(a.new[k])}`)
+      .join("; ");
+  return table(
+    [
+      ["time", (a) => time(a.at)],
+      ["who", (a) => a.actor],
+      ["action", (a) => a.action],
+      ["change", (a) => changed(a) || "—"],
+    ],
+    entries.map((a) => ({ ...a, __attrs: { "data-audit": a.id } })),
+    { class: "audit" },
+  );
+}
+
+// The weights form: shows the current objective until the admin edits it, then PUTs the
+// fields changed and shows the service's answer (its 422 names the field at fault).
+function objectiveForm(afterSave) {
+  const inputs = {};
+  const message = el("p", { class: "form-message", role: "status" });
+  let shown = null;
+  let dirty = false;
+  const rows = FIELDS.map(([name, type, help]) => {
+    let input;
+    if (type === "select") {
+      input = el("select", { name }, ["cpsat", "cbc"].map((b) => el("option", { value: b, text: b })));
+    } else {
+      input = el("input", { name, type, step: type === "number" ? "any" : undefined });
+    }
+    input.addEventListener("input", () => (dirty = true));
+    inputs[name] = input;
+    return el("label", { class: "field" }, el("span", { text: name }), input, el("small", { text: help }));
+  });
+  const read = (name) => {
+    const input = inputs[name];
+    if (input.type === "checkbox") return input.checked;
+    if (input.type === "number") return input.value === "" ? null : Number(input.value);
+    if (name === "horizon_s") return input.value === "auto" ? "auto" : Number(input.value);
+    return input.value;
+  };
+  const node = el(
+    "form",
+    {
+      class: "objective",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const changes = {};
+        for (const [name] of FIELDS) {
+          const value = read(name);
+          if (JSON.stringify(value) !== JSON.stringify(shown[name])) changes[name] = value;
+        }
+        if (!Object.keys(changes).length) {
+          message.textContent = "nothing changed";
+          return;
+        }
+        try {
+          const saved = await call("PUT", "/v1/objective", changes);
+          dirty = false;
+          show(saved);
+          message.className = "form-message ok";
+          message.textContent = `saved: ${Object.keys(changes).join(", ")}`;
+          await afterSave();
+        } catch (error) {
+          message.className = "form-message error";
+          message.textContent = `refused: ${error.detail ?? error.message}`;
+        }
+      },
+    },
+    el("div", { class: "fields" }, rows),
+    el("button", { type: "submit", id: "objective-save", text: "Save weights" }),
+    el("button", { type: "button", text: "Reset", onclick: () => { dirty = false; show(shown); message.textContent = ""; } }),
+    message,
+  );
+  function show(objective) {
+    if (dirty) return;
+    shown = objective;
+    for (const [name] of FIELDS) {
+      const input = inputs[name];
+      if (input.type === "checkbox") input.checked = Boolean(objective[name]);
+      else input.value = objective[name];
+    }
+  }
+  return { node, show };
+}
