@@ -3,6 +3,7 @@
 Multi-process, a few tens of seconds each: marked slow.
 """
 
+import json
 import signal
 import subprocess
 import sys
@@ -84,6 +85,11 @@ def test_rescales_train_each_sample_once_and_follow_the_dedicated_trajectory(tmp
     assert stopped_run(4, lambda run: (run_dir / "stop").touch())["stop_reason"] == "stop file"
     (run_dir / "stop").unlink()
     assert stopped_run(3, lambda run: run.send_signal(signal.SIGTERM))["stop_reason"] == "signal"
+    progress = [json.loads((run_dir / f"progress-{r}.json").read_text()) for r in range(3)]
+    assert [(p["rank"], p["world_size"], p["state"]) for p in progress] == [
+        (r, 3, "stopped") for r in range(3)
+    ]  # the last report of the W = 3 run, for the agent's heartbeat
+    assert all(p["samples"] == trained and p["step"] == trained // BATCH for p in progress)
     last = result_of(torchrun(2, "train_digits.py", *job))
     assert last["state"] == "finished" and last["world_sizes"] == [2, 4, 3, 2]
 
