@@ -63,11 +63,14 @@ def node_history(
         since: start of the window (aware UTC).
         until: end of the window, now (aware UTC).
     """
+    first_seen = _first_seen(session)
+    counts = agents.snapshot()
+    if first_seen or counts:  # nothing to show before the first record
+        first = min(first_seen[:1] + [t for t, _ in counts[:1]])
+        since = max(since, datetime.fromtimestamp(first, until.tzinfo))
     start, end = since.timestamp(), until.timestamp()
     idle_starts, idle_ends = _idle_intervals(session, since, until)
-    first_seen = _first_seen(session)
     allocations = _allocations(session, since, until)
-    counts = agents.snapshot()
     count_times = [t for t, _ in counts]
     changes = {t for t in (*idle_starts, *idle_ends, *first_seen, *count_times) if start < t <= end}
     changes |= {t for steps in allocations.values() for t, _ in steps if start < t <= end}

@@ -753,7 +753,7 @@ class NodeHistoryPublic(BaseModel):
     :data:`interstice.api.history.AGENT_COUNTS_KEPT` changes), from ``agents_alive_since``.
 
     Attributes:
-        since: start of the window.
+        since: start of the window: the one asked for, or the first record when later.
         until: end of the window (now).
         data: the points, oldest first.
         count: number of points.

@@ -52,7 +52,7 @@ export class Chart {
         title,
         width: this.width(),
         height,
-        scales: scales || { x: { time: x === timeSeries }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+        scales: scales || { x: { time: x === timeSeries }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
         axes,
         series: [x, ...series],
         legend: { live: true },

@@ -48,6 +48,9 @@ export function num(value, digits = 2) {
     : value.toLocaleString(undefined, { maximumFractionDigits: digits });
 }
 
+// A count: an integer with thousands separators.
+export const count = (value) => (value === null || value === undefined ? "—" : Math.round(value).toLocaleString());
+
 export const percent = (ratio) => (ratio === null || ratio === undefined ? "—" : `${(100 * ratio).toFixed(1)} %`);
 
 // A table: `columns` are [header, cell(row)] pairs; a cell returns text or a node.
@@ -84,7 +87,8 @@ export function panel(title, id) {
 }
 
 // Stable colours per job id (also used by the node grid).
-const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"];
+// (no green, grey or red: those mean idle, busy and reclaimed)
+const PALETTE = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79"];
 export function jobColor(jobId) {
   const n = Number(String(jobId).replace(/^j-/, "")) || 0;
   return PALETTE[n % PALETTE.length];

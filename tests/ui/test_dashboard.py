@@ -49,7 +49,8 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, str]]]:
     """The service, agents on n1..n4 (n4 stays busy), the user's job on two nodes, the
-    admin's on one, then n1 reclaimed from the job holding it."""
+    admin's on one, then a node reclaimed from the user's job, and a job of the admin's
+    that waits in the queue (it needs three nodes)."""
     served = serve(tmp_path_factory.mktemp("dashboard"))
     agents = SimulatedAgents(served, ["n1", "n2", "n3", "n4"])
     try:
@@ -76,7 +77,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, 
                 for r in served.ok("user", "GET", f"/v1/jobs/{mine}")["rescales"]
             )
         )
-        yield served, {"mine": mine, "theirs": theirs, "victim": victim}
+        queued = served.ok(
+            "admin", "POST", "/v1/jobs", json=body | {"min_nodes": 3, "max_nodes": 3}
+        )
+        yield served, {"mine": mine, "theirs": theirs, "victim": victim, "queued": queued["job_id"]}
         assert not agents.errors, agents.errors[:3]
     finally:
         agents.close()
@@ -186,6 +190,7 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
     )
     row = driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{jobs["mine"]}"]').text
     assert "running" in row and "tinycnn" in row
+    assert any(t.startswith(jobs["queued"]) for t in _texts(driver, "table.queue tbody tr"))
     lanes = " ".join(_texts(driver, "#jobs-gantt .u-legend .u-label"))
     assert jobs["mine"] in lanes and "preemption" in lanes and "rescale" in lanes
     driver.save_screenshot(str(screenshots / "2-jobs.png"))
@@ -227,8 +232,8 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
         "the refusal naming time_limit_s",
     )
     assert "refused" in driver.find_element(By.CSS_SELECTOR, ".form-message").text
-    driver.find_element(By.XPATH, "//form[@class='objective']//button[text()='Reset']").click()
     driver.save_screenshot(str(screenshots / "4-optimizer.png"))
+    driver.find_element(By.XPATH, "//form[@class='objective']//button[text()='Reset']").click()
 
     # Agents: four alive, the workers' world size reported
     _show(driver, "agents")

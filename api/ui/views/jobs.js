@@ -5,7 +5,7 @@
 
 import { get } from "../api.js";
 import { Chart, chartBox, stepped } from "../charts.js";
-import { duration, el, failure, fill, jobColor, num, panel, table, time } from "../fmt.js";
+import { count, duration, el, failure, fill, jobColor, num, panel, table, time } from "../fmt.js";
 
 const SHOWN = 12; // jobs in the charts: the newest ones
 const PREEMPTIONS = new Set(["reclaim", "agent_lost", "agent_left"]);
@@ -100,9 +100,9 @@ function drawTimeline(lanes, counts, jobs) {
       series: {
         label,
         stroke: color,
-        width: 0,
+        width: 1,
         paths: () => null,
-        points: { show: true, size: 10, fill: color, stroke: "#fff" },
+        points: { show: true, size: 10, fill: color, stroke: color },
         value: (u, v) => (v ? jobs[v - 1].job_id : "—"),
       },
       column: xs.map((_, k) => perLane.map((m) => m[k]).find((m) => m) ?? null),
@@ -131,7 +131,7 @@ function jobsTable(jobs, rates) {
       "div",
       { class: "progress", title: `${job.samples_done} of ${job.total_samples} samples` },
       el("div", { class: "done", style: `width:${(100 * share).toFixed(1)}%;background:${jobColor(job.job_id)}` }),
-      el("span", { text: `${num(job.samples_done, 0)} / ${num(job.total_samples, 0)}` }),
+      el("span", { text: `${count(job.samples_done)} / ${count(job.total_samples)}` }),
     );
   };
   const rows = jobs.map((job) => ({ ...job, __attrs: { "data-job": job.job_id, class: `state-${job.state}` } }));

@@ -118,7 +118,7 @@ function draw(chart, history) {
     { label: "busy (nodes)", stroke: "#7f7f7f", width: 2, paths: stepped() },
     { label: "alive agents", stroke: "#000", width: 1, dash: [6, 4], paths: stepped(), spanGaps: false },
     ...jobs.map((job) => ({ label: `${job} (nodes)`, stroke: jobColor(job), fill: `${jobColor(job)}33`, width: 2, paths: stepped() })),
-    { label: "reclaimed (nodes)", stroke: "#d62728", width: 0, paths: () => null, points: { show: true, size: 9, fill: "#d62728" } },
+    { label: "reclaimed (nodes)", stroke: "#d62728", width: 1, paths: () => null, points: { show: true, size: 9, fill: "#d62728" } },
   ];
   const data = [
     xs,

@@ -26,23 +26,33 @@ export function mount(section) {
   const solves = panel("Solves", "optimizer-solves");
   const weights = panel("Objective", "optimizer-objective");
   const audit = panel("Audit log", "optimizer-audit");
-  const box = chartBox("solves");
+  const timeBox = chartBox("solve-time");
+  const objectiveBox = chartBox("solve-objective");
   section.replaceChildren(solves, weights, audit);
-  const chart = new Chart(box, {
-    title: "Solves: solve time, objective and rescales",
-    yLabel: "solve time (s) · rescales (jobs)",
-    y2Label: "objective (goodput units)",
-    height: 240,
-    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] }, y2: { auto: true } },
-  });
+  const charts = {
+    time: new Chart(timeBox, { title: "Solve time per solve", yLabel: "solve time (s)", height: 200 }),
+    objective: new Chart(objectiveBox, {
+      title: "Objective and rescales per solve",
+      yLabel: "objective",
+      y2Label: "rescales (jobs)",
+      height: 220,
+      scales: {
+        x: { time: true },
+        y: { auto: true },
+        y2: { range: (u, lo, hi) => [0, Math.max(1, hi) + 0.5] },
+      },
+    }),
+  };
   const form = objectiveForm(() => refreshAudit(audit));
   return {
     async refresh() {
       const [answer, objective] = await Promise.allSettled([get("/v1/solves?limit=200"), get("/v1/objective")]);
       if (answer.status === "rejected") fill(solves, failure(answer.reason));
       else {
-        if (!solves.contains(box)) fill(solves, box, el("div", { class: "solves-table" }));
-        drawSolves(chart, answer.value.data);
+        if (!solves.contains(timeBox)) {
+          fill(solves, el("div", { class: "pair" }, timeBox, objectiveBox), el("div", { class: "solves-table" }));
+        }
+        drawSolves(charts, answer.value.data);
         solves.querySelector(".solves-table").replaceChildren(solvesTable(answer.value.data.slice(0, SOLVES_SHOWN)));
       }
       if (objective.status === "rejected") fill(weights, failure(objective.reason));
@@ -64,20 +74,26 @@ async function refreshAudit(audit) {
   }
 }
 
-function drawSolves(chart, solves) {
+function drawSolves(charts, solves) {
   const ordered = [...solves].reverse();
-  chart.update(
+  const xs = ordered.map((s) => new Date(s.at).getTime() / 1000);
+  charts.time.update(
+    [{ label: "solve time (s)", stroke: "#1f77b4", width: 2, points: { show: true, size: 6 } }],
+    [xs, ordered.map((s) => s.solve_time_s)],
+  );
+  charts.objective.update(
     [
-      { label: "solve time (s)", stroke: "#1f77b4", width: 2, points: { show: true, size: 6 } },
-      { label: "rescales (jobs)", stroke: "#ff7f0e", width: 0, paths: () => null, points: { show: true, size: 8, fill: "#ff7f0e" } },
-      { label: "objective", stroke: "#2ca02c", width: 2, scale: "y2", points: { show: true, size: 6 } },
+      { label: "objective", stroke: "#2ca02c", width: 2, points: { show: true, size: 6 } },
+      {
+        label: "rescales (jobs)",
+        stroke: "#ff7f0e",
+        fill: "#ff7f0e88",
+        scale: "y2",
+        paths: uPlot.paths.bars({ size: [0.6, 12] }),
+        points: { show: false },
+      },
     ],
-    [
-      ordered.map((s) => new Date(s.at).getTime() / 1000),
-      ordered.map((s) => s.solve_time_s),
-      ordered.map((s) => s.rescales),
-      ordered.map((s) => s.objective),
-    ],
+    [xs, ordered.map((s) => s.objective), ordered.map((s) => s.rescales)],
   );
 }
 
