@@ -166,4 +166,4 @@ def supervise(options_json: str) -> int:
         os.killpg(session.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    return code
+    return code if code >= 0 else 1  # killed by a signal: not a clean run

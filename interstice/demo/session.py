@@ -95,7 +95,7 @@ class Descendants:
     def stop_left(self, timeout_s: float = 5.0) -> int:
         """Terminate, then kill, the remembered processes still running; how many there
         were. (``is_running`` compares creation times, so a reused pid is left alone.)"""
-        left = [p for p in self.seen.values() if p.is_running() and p.status() != "zombie"]
+        left = [p for p in self.seen.values() if _alive(p)]
         for process in left:
             try:
                 process.terminate()
@@ -109,6 +109,17 @@ class Descendants:
                 pass
         psutil.wait_procs(alive, timeout=timeout_s)
         return len(left)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Interrupted(Exception):
+    """A signal came while the demo was starting."""
 
 
 def machine() -> str:
@@ -182,9 +193,10 @@ class Demo:
         stats: dict[str, Any] | None = None
         try:
             self.start()
-            if not self.stop.is_set():
-                self.replay()
+            self.replay()
             jobs, stats = self.finish()
+        except Interrupted:
+            pass
         except Exception as error:  # reported in the summary; everything is stopped below
             self.error = f"{type(error).__name__}: {' '.join(str(error).split())}"[:2000]
         finally:
@@ -280,11 +292,12 @@ class Demo:
         return alive >= set(self.plan.nodes)
 
     def wait_for(self, condition: Any, what: str) -> None:
-        """Poll ``condition`` until true; stop early on a signal.
+        """Poll ``condition`` until true.
 
         Raises:
             TimeoutError: not within :data:`START_TIMEOUT_S`.
             RuntimeError: an agent or the service exited.
+            Interrupted: a signal came.
         """
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.stop.is_set():
@@ -294,6 +307,7 @@ class Demo:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"not within {START_TIMEOUT_S:.0f} s: {what}")
             self.stop.wait(0.5)
+        raise Interrupted
 
     def check_processes(self) -> None:
         """Raise ``RuntimeError`` when the service or an agent exited."""
