@@ -1,5 +1,6 @@
 """State, report and save_final in one process (a world of one over an in-process store)."""
 
+import importlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from interstice import elastic, wire
 def job(tmp_path, monkeypatch):
     """A world of one with a job's INTERSTICE_* environment in ``tmp_path``."""
     elastic.shutdown()
+    monkeypatch.setattr(importlib.import_module("interstice.elastic.report"), "_reporter", None)
     monkeypatch.setenv(wire.ENV_JOB_DIR, str(tmp_path / "job"))
     monkeypatch.setenv(wire.ENV_RUN_DIR, str(tmp_path / "run"))
     monkeypatch.setenv(wire.ENV_CHECKPOINT_DIR, str(tmp_path / "job" / "checkpoints"))
