@@ -337,9 +337,10 @@ class Weights(BaseModel):
     ``Weights(node_seconds=False)`` is plain throughput in samples.
 
     The default is node_seconds because it harvested more of the idle node time than raw
-    samples in every window replayed (48 h windows of the Summit trace, MILP on CP-SAT:
-    harvest 0.7445 vs 0.7372, 0.7823 vs 0.7771, 0.7710 vs 0.7469, 0.8113 vs 0.7882 on four
-    192-node samples; 0.7916 vs 0.7833 on all 4,734 nodes; /work/readme/D.md).
+    samples in every window replayed (``interstice replay --hours 48 --no-baselines``, MILP on
+    CP-SAT, 2021-02-10/14/18/22 on 192 sampled nodes, seeds 0-3: harvest 0.758 vs 0.748,
+    0.774 vs 0.770, 0.778 vs 0.763, 0.807 vs 0.791; 2021-02-16/24 on all 4,734 nodes: 0.798
+    vs 0.791, 0.800 vs 0.790), with more goodput in five of the six.
 
     Attributes:
         throughput: weight of goodput (samples over the forecast horizon) and of the
