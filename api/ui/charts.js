@@ -17,6 +17,11 @@ export const timeSeries = {
 
 export const stepped = () => uPlot.paths.stepped({ align: 1 });
 
+// Tick labels of a value axis: three significant digits, so small values (solve times of
+// a fraction of a millisecond) do not all read "0".
+const ticks = (u, splits) =>
+  splits.map((v) => (v === null ? "" : Number(v.toPrecision(3)).toLocaleString(undefined, { maximumSignificantDigits: 3 })));
+
 // A chart in `container` that is rebuilt when its series change (jobs come and go) and
 // otherwise only given new data.
 export class Chart {
@@ -44,9 +49,9 @@ export class Chart {
     const { title, yLabel, y2Label, height, x, xAxis, yAxis, scales } = this.base;
     const axes = [
       { label: x === timeSeries ? "time (your time zone)" : x.label, ...xAxis },
-      { label: yLabel, scale: "y", ...yAxis },
+      { label: yLabel, scale: "y", values: ticks, ...yAxis },
     ];
-    if (y2Label) axes.push({ label: y2Label, scale: "y2", side: 1, grid: { show: false } });
+    if (y2Label) axes.push({ label: y2Label, scale: "y2", side: 1, values: ticks, grid: { show: false } });
     this.plot = new uPlot(
       {
         title,

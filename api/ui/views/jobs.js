@@ -74,7 +74,9 @@ function steps(job) {
 function drawTimeline(lanes, counts, jobs) {
   const now = Date.now() / 1000;
   const perJob = jobs.map(steps);
-  const xs = [...new Set([...perJob.flat().map((s) => s[0]), now])].sort((a, b) => a - b);
+  // each change time, and 1 ms after it, where a bar that ended there is already gone
+  const changes = perJob.flat().map((s) => s[0]);
+  const xs = [...new Set([...changes, ...changes.map((t) => t + 0.001), now])].sort((a, b) => a - b);
   const at = (s, x) => {
     let found = null;
     for (const step of s) if (step[0] <= x) found = step;
@@ -82,7 +84,9 @@ function drawTimeline(lanes, counts, jobs) {
   };
   const nodes = perJob.map((s) => xs.map((x) => at(s, x)?.[1] ?? null));
   const depth = perJob.map((s) => xs.map((x) => at(s, x)?.[2] ?? null));
-  const lane = (i, n) => n.map((count) => (count ? i + 1 : null));
+  // a lane's bar: while the job holds nodes, up to the instant it holds none (a stepped
+  // path draws each step up to the next point, so that point must not be null)
+  const lane = (i, n) => n.map((count, k) => (count || (k > 0 && n[k - 1]) ? i + 1 : null));
   const marks = (i, test) =>
     xs.map((x) => (perJob[i].some((s) => s[0] === x && s[3] && test(s[3])) ? i + 1 : null));
   const ganttSeries = jobs.map((job, i) => ({
@@ -115,7 +119,13 @@ function drawTimeline(lanes, counts, jobs) {
     [xs, ...jobs.map((_, i) => lane(i, nodes[i])), rescale.column, preempt.column],
   );
   counts.update(
-    jobs.map((job) => ({ label: `${job.job_id} (nodes)`, stroke: jobColor(job.job_id), width: 2, paths: stepped() })),
+    jobs.map((job) => ({
+      label: `${job.job_id} (nodes)`,
+      stroke: jobColor(job.job_id),
+      width: 2,
+      paths: stepped(),
+      points: { show: false },
+    })),
     [xs, ...nodes],
   );
 }
@@ -146,7 +156,7 @@ function jobsTable(jobs, rates) {
       ["rate (samples/s)", (j) => num(rates[j.job_id] ?? null, 1)],
       ["last loss", (j) => num(j.last_loss, 4)],
       ["ETA", eta],
-      ["rescales", (j) => j.rescales.length],
+      ["rescales", (j) => j.rescales.filter((r) => r.from_nodes.length && r.to_nodes.length).length],
       ["submitted", (j) => time(j.submitted_at)],
     ],
     rows,

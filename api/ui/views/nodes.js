@@ -114,10 +114,10 @@ function draw(chart, history) {
     if (i >= 0) reclaimed[i] = (reclaimed[i] || 0) + 1;
   }
   const series = [
-    { label: "idle (nodes)", stroke: "#2ca02c", width: 2, paths: stepped() },
-    { label: "busy (nodes)", stroke: "#7f7f7f", width: 2, paths: stepped() },
-    { label: "alive agents", stroke: "#000", width: 1, dash: [6, 4], paths: stepped(), spanGaps: false },
-    ...jobs.map((job) => ({ label: `${job} (nodes)`, stroke: jobColor(job), fill: `${jobColor(job)}33`, width: 2, paths: stepped() })),
+    { label: "idle (nodes)", stroke: "#2ca02c", width: 2, paths: stepped(), points: { show: false } },
+    { label: "busy (nodes)", stroke: "#7f7f7f", width: 2, paths: stepped(), points: { show: false } },
+    { label: "alive agents", stroke: "#000", width: 1, dash: [6, 4], paths: stepped(), spanGaps: false, points: { show: false } },
+    ...jobs.map((job) => ({ label: `${job} (nodes)`, stroke: jobColor(job), fill: `${jobColor(job)}33`, width: 2, paths: stepped(), points: { show: false } })),
     { label: "reclaimed (nodes)", stroke: "#d62728", width: 1, paths: () => null, points: { show: true, size: 9, fill: "#d62728" } },
   ];
   const data = [
