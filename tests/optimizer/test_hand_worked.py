@@ -75,3 +75,17 @@ def test_same_problem_same_answer_and_unknown_backend_named() -> None:
         assert first.jobs == again.jobs
     with pytest.raises(ValueError, match="backend 'glpk' is not one of cbc, cpsat"):
         solve(PROBLEM, backend="glpk")
+
+
+def test_backend_names_a_solver_only_when_one_ran() -> None:
+    nothing = PROBLEM.model_copy(update={"jobs": ()})
+    assert (solve(nothing, "cbc").backend, solve(nothing, "cbc").termination) == ("none", "trivial")
+    # Five nodes: the greedy takes a to 2, then b to 3, which fills the pool exactly; a's next
+    # step is refused with no node left, so the LP optimum is integral and no solver runs.
+    roomy = PROBLEM.model_copy(update={"idle_nodes": ("n1", "n2", "n3", "n4", "n5")})
+    proven = solve(roomy, "cpsat")
+    assert (proven.status, proven.backend, proven.termination) == (
+        "optimal",
+        "greedy",
+        "lp-integral",
+    )
