@@ -63,9 +63,8 @@ def demo(
     """Start the service, real agents, a scheduler replaying the Summit trace and the example
     jobs on this machine; show them live; stop it all after --duration-s or on Ctrl-C.
 
-    The last line printed is the summary as JSON. Exit code 0 on a clean run, 1 when a part
-    failed on the way, 2 on bad flags or a missing trace.
-    """
+    The last line printed is the summary as JSON. Exit code 0 on a clean run, 1 when a part failed on the way, 2 on bad flags or a missing trace.
+    """  # noqa: E501 (one paragraph of --help)
     from interstice.demo.session import EXAMPLES, DemoOptions
 
     names = tuple(name.strip() for name in jobs.split(",") if name.strip())
