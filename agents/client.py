@@ -3,11 +3,13 @@
 Every call goes through :meth:`ServiceClient.call`, which retries (tenacity) a service that is
 down or answers 5xx with exponential backoff (0.2 s doubling to at most ``max_backoff_s``), so the
 agent survives a service restart; a 4xx is final and raised as :class:`ServiceRejected`
-(a 404 on an agent path means "register again").
+(a 404 on an agent path means "register again"). Given several replicas' URLs, a try that
+cannot reach one (connection refused or reset, timeout) moves to the next for this and later
+calls: the agent fails over to another replica of the same database.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -36,7 +38,8 @@ class ServiceClient:
     """The agent-role calls of the API, each retried while the service is unreachable.
 
     Args:
-        server: base URL of the service, e.g. ``http://127.0.0.1:8000``.
+        server: base URL of the service, e.g. ``http://127.0.0.1:8000``, or the URLs of its
+            replicas, tried in turn (the first one first).
         token: bearer token of role ``agent``.
         max_backoff_s: longest wait between two tries, seconds.
         transport: an httpx transport (tests pass ``httpx.MockTransport``).
@@ -44,14 +47,18 @@ class ServiceClient:
 
     def __init__(
         self,
-        server: str,
+        server: str | Sequence[str],
         token: str,
         *,
         max_backoff_s: float = 5.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        servers = [server] if isinstance(server, str) else list(server)
+        if not servers:
+            raise ValueError("server: give at least one URL")
+        self._bases = [url.rstrip("/") + "/v1" for url in servers]
+        self._current = 0
         self._http = httpx.Client(
-            base_url=server.rstrip("/") + "/v1",
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(10.0),
             transport=transport,
@@ -105,12 +112,14 @@ class ServiceClient:
             )
 
         def one_try() -> httpx.Response:
+            base = self._bases[self._current]
             try:
                 response = self._http.request(
-                    method, path, json=json, params=params, timeout=timeout
+                    method, base + path, json=json, params=params, timeout=timeout
                 )
             except httpx.TransportError as error:
-                failures.append(f"{type(error).__name__}: {error}")
+                failures.append(f"{base}: {type(error).__name__}: {error}")
+                self._current = (self._bases.index(base) + 1) % len(self._bases)
                 raise
             if response.status_code >= 500:
                 failures.append(f"{response.status_code} {response.text[:200]}")

@@ -6,7 +6,8 @@ snapshots the problem (:func:`build_problem`), runs the solver in a dedicated wo
 with the objective's time limit, then writes the allocation and the commands it implies in
 one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
 issue their commands at once (:func:`interstice.api.state.release_nodes`), even while a solve
-runs. A second task sweeps agent leases.
+runs. A second task sweeps agent leases. With several replicas on one PostgreSQL database
+only the leader solves (see :class:`ControlLoop`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from interstice.api import state
+from interstice.api.leader import AlwaysLeader, PostgresLeadership
+from interstice.api.notify import PostgresRelay
 from interstice.api.schemas import ObjectivePublic
 from interstice.api.service import Service
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, parse_id
@@ -292,7 +296,15 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
 
 
 class ControlLoop:
-    """The background tasks of one service: the solve loop and the lease sweeper."""
+    """The background tasks of one service process.
+
+    Every replica sweeps: it writes the leases its agents renewed to the database. The
+    leader (:mod:`interstice.api.leader`: always on SQLite, the advisory lock's holder on
+    PostgreSQL) also solves and marks silent agents lost. On PostgreSQL, wake-ups and
+    staleness travel between replicas (:class:`interstice.api.notify.PostgresRelay`): a
+    follower's events reach the leader's solve loop, the leader's commands wake long-polls
+    held by any replica.
+    """
 
     def __init__(self, service: Service, solver: Solver) -> None:
         self.service = service
@@ -302,30 +314,71 @@ class ControlLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
         self._tasks: list[asyncio.Task[None]] = []
+        self._solving: asyncio.Task[None] | None = None
+        self._leader_since: float | None = None
+        url = service.settings.db_url
+        self.relay: PostgresRelay | None = None
+        self.leadership: AlwaysLeader | PostgresLeadership
+        if service.db.engine.dialect.name == "postgresql":
+            self.relay = PostgresRelay(url, service.notifier, self._stale_here)
+            self.leadership = PostgresLeadership(url, self._elected, self._deposed)
+        else:
+            self.leadership = AlwaysLeader(self._elected)
+
+    @property
+    def leader(self) -> bool:
+        """Whether this process runs the solver and marks agents lost."""
+        return self.leadership.leader
 
     def mark_stale(self) -> None:
-        """Ask for a solve (thread-safe; coalesced with others within ``debounce_s``)."""
+        """Ask for a solve (thread-safe; coalesced with others within ``debounce_s``): here
+        on the leader, by the relay from a follower."""
+        if self.leader:
+            self._stale_here()
+        elif self.relay is not None:
+            self.relay.send_stale()
+
+    def _stale_here(self) -> None:
         if self._loop is not None and self._stale is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stale.set)
 
     async def start(self) -> None:
-        """Start both tasks on the running loop; the first solve follows at once."""
+        """Start the relay, the sweeper and the contention for leadership on the running
+        loop; a process elected leader solves at once."""
         self._loop = asyncio.get_running_loop()
         self._stale = asyncio.Event()
         self.service.notifier.bind(self._loop)
         self.service.on_stale = self.mark_stale
-        self._tasks = [
-            asyncio.create_task(self._solve_forever(), name="interstice-control"),
-            asyncio.create_task(self._sweep_forever(), name="interstice-sweeper"),
-        ]
-        self._stale.set()
+        self.service.metrics.leader.set(0)
+        if self.relay is not None:
+            await self.relay.start()
+        self._tasks = [asyncio.create_task(self._sweep_forever(), name="interstice-sweeper")]
+        await self.leadership.start()
 
     async def stop(self) -> None:
-        """Cancel both tasks; a solve in its thread is abandoned."""
+        """Step down and cancel every task; a solve in its thread is abandoned."""
+        await self.leadership.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.relay is not None:
+            await self.relay.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _elected(self) -> None:
+        assert self._stale is not None
+        self._leader_since = time.monotonic()
+        self._solving = asyncio.create_task(self._solve_forever(), name="interstice-control")
+        self.service.metrics.leader.set(1)
+        self._stale.set()
+
+    async def _deposed(self) -> None:
+        self._leader_since = None
+        self.service.metrics.leader.set(0)
+        if self._solving is not None:
+            self._solving.cancel()
+            await asyncio.gather(self._solving, return_exceptions=True)
+            self._solving = None
 
     async def _in_thread(self, fn: Callable[..., object], *args: object) -> object:
         assert self._loop is not None
@@ -365,6 +418,6 @@ class ControlLoop:
         while True:
             await asyncio.sleep(period_s)
             try:
-                await asyncio.to_thread(self.service.sweep)
+                await asyncio.to_thread(self.service.sweep, self._leader_since)
             except Exception:
                 log.exception("lease sweep failed")

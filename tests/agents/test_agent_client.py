@@ -54,3 +54,23 @@ def test_long_poll_passes_wait_and_returns_the_commands() -> None:
         return httpx.Response(200, json={"data": [{"command_id": 1}], "count": 1})
 
     assert client_over(handler).poll_commands("a-1", 7.0) == [{"command_id": 1}]
+
+
+def test_fails_over_to_the_next_replica_and_stays_there() -> None:
+    hosts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host)
+        if request.url.host == "replica-a":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"data": [], "count": 0})
+
+    client = ServiceClient(
+        ["http://replica-a:8000", "http://replica-b:8000/"],
+        "tok",
+        transport=httpx.MockTransport(handler),
+    )
+    client.max_backoff_s = 0.01
+    assert client.poll_commands("a-1", 0) == []
+    assert client.poll_commands("a-1", 0) == []
+    assert hosts == ["replica-a", "replica-b", "replica-b"]
