@@ -50,7 +50,7 @@ PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, r
 class AgentConfig:
     """Everything ``interstice agent`` is told on its command line (see its --help)."""
 
-    server: str
+    server: str | tuple[str, ...]  # one URL, or the URLs of the service's replicas
     token: str
     node: str
     host: str

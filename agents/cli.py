@@ -53,7 +53,13 @@ def _read_token(token: str | None, token_file: Path | None) -> str:
 
 
 def agent(
-    server: Annotated[str, typer.Option(help="Base URL of the service, e.g. http://head:8000.")],
+    server: Annotated[
+        list[str],
+        typer.Option(
+            help="Base URL of the service, e.g. http://head:8000; replicas of one database as "
+            "URL1,URL2 or --server repeated (the agent fails over between them).",
+        ),
+    ],
     token: Annotated[
         str | None,
         typer.Option(
@@ -163,8 +169,14 @@ def agent(
         format=f"%(asctime)s agent[{node_name}] %(levelname)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per long-poll otherwise
+    servers = tuple(url.strip() for given in server for url in given.split(",") if url.strip())
+    for url in servers:
+        if not url.startswith(("http://", "https://")):
+            fail(f"--server {url!r}: give an http:// or https:// URL")
+    if not servers:
+        fail("--server: give the service's URL")
     config = AgentConfig(
-        server=server,
+        server=servers,
         token=token,
         node=node_name,
         host=host,

@@ -1,9 +1,10 @@
 """Engine, sessions and schema migrations, the same code on SQLite and PostgreSQL.
 
 SQLite runs in WAL mode with a busy timeout. All writes of the process go through one lock
-(:class:`Database.write`): the service is a single process, so this serializes state changes
-(a reclaim never interleaves with an applied allocation) and keeps SQLite free of
-``database is locked`` upgrades; reads run concurrently.
+(:class:`Database.write`), and on PostgreSQL an advisory lock serializes them across the
+replicas of the database: state changes never interleave (a reclaim never interleaves with an
+applied allocation) and SQLite stays free of ``database is locked`` upgrades; reads run
+concurrently.
 """
 
 import threading
@@ -20,6 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+WRITE_LOCK_KEY = 0x77726974  # "writ"
+"""The advisory lock every write transaction takes on PostgreSQL (see :meth:`Database.write`)."""
 
 
 def make_engine(url: str) -> Engine:
@@ -109,6 +112,7 @@ class Database:
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock()
+        self._postgres = self.engine.dialect.name == "postgresql"
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -118,8 +122,15 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A session holding the write lock; commits at the end, rolls back on an error."""
+        """A session holding the write lock; commits at the end, rolls back on an error.
+
+        On PostgreSQL the transaction also takes the advisory lock :data:`WRITE_LOCK_KEY`
+        (``pg_advisory_xact_lock``, released at its end): the writes of every replica of the
+        database are serialized as those of one process are.
+        """
         with self._write_lock, self._sessions() as session, session.begin():
+            if self._postgres:
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
             yield session
 
     def ping(self) -> bool:

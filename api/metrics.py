@@ -31,6 +31,11 @@ class Metrics:
             "interstice_pending_commands", "Commands not yet acknowledged", registry=r
         )
         self.agents_alive = Gauge("interstice_agents_alive", "Agents alive", registry=r)
+        self.leader = Gauge(
+            "interstice_leader",
+            "1 while this process leads (runs the solver and the lease sweep), else 0",
+            registry=r,
+        )
         self.solve_seconds = Histogram(
             "interstice_solve_seconds",
             "Wall-clock time of one solve, model building included",

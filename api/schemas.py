@@ -771,3 +771,7 @@ class NodeHistoryPublic(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+    leader: bool | None = Field(
+        default=None,
+        description="Whether this replica leads (runs the solver); on /readyz only",
+    )

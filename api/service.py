@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,6 @@ class Service:
         """Per job id: the rendezvous id of its newest recorded report, the largest step
         recorded for it, the largest ``samples_done`` recorded (see :meth:`_news`)."""
         self._lease_lock = threading.Lock()
-        self._started = time.monotonic()
         self.agent_counts = history.AgentCounts(utcnow())
         """Alive agents at each lease sweep (the database keeps no such history)."""
 
@@ -542,12 +541,20 @@ class Service:
             ]
         return schemas.AgentsPublic(data=data, count=len(data))
 
-    def sweep(self) -> None:
-        """Mark agents silent for ``missed_heartbeats_lost`` intervals lost (their jobs rescale
-        once each); write the revivals, leases and reports renewed since the last sweep to the
-        database (bulk updates).
+    def sweep(self, leader_since: float | None = None) -> None:
+        """Write the revivals, leases and reports renewed since the last sweep to the database
+        (bulk updates); on the leader, also mark agents silent for ``missed_heartbeats_lost``
+        intervals lost (their jobs rescale once each).
 
-        A lease starts no earlier than this process did, so a restart does not lose agents.
+        An agent renewed here that the database says is lost (a sweep of another replica, or
+        of this one, marked it) is alive again. An agent is silent when neither this process
+        nor the database (leases written by every replica) saw it within the limit, and a
+        lease starts no earlier than this process became leader, so a restart or a takeover
+        does not lose agents.
+
+        Args:
+            leader_since: ``time.monotonic()`` when this process became leader; None on a
+                follower (nobody is marked lost).
         """
         limit_s = self.settings.missed_heartbeats_lost * self.settings.heartbeat_interval_s
         now, wall = time.monotonic(), utcnow()
@@ -561,12 +568,20 @@ class Service:
             for agent, node_state in session.execute(
                 select(Agent, Node.state)
                 .outerjoin(Node, Node.name == Agent.node)
-                .where(Agent.id.in_(revived), Agent.state == "lost")
+                .where(Agent.id.in_(revived | renewed), Agent.state == "lost")
             ):
                 agent.state = "alive"
                 changes.stale = changes.stale or node_state == "idle"
-            alive = session.scalars(select(Agent.id).where(Agent.state == "alive")).all()
-            silent = [a for a in alive if now - leases.get(a, self._started) > limit_s]
+            alive = session.execute(
+                select(Agent.id, Agent.last_heartbeat_at).where(Agent.state == "alive")
+            ).all()
+            silent = []
+            if leader_since is not None:
+                for a, beat_at in alive:
+                    here_s = now - max(leases.get(a, leader_since), leader_since)
+                    seen_s = here_s if beat_at is None else (wall - _aware(beat_at)).total_seconds()
+                    if min(here_s, seen_s) > limit_s:
+                        silent.append(a)
             lost = list(session.scalars(select(Agent).where(Agent.id.in_(silent))))
             for agent in lost:
                 log.info("agent %s on %s lost", agent.agent_id, agent.node)
@@ -758,6 +773,11 @@ class Service:
         for name, gauge in m.lifetime.items():
             value = getattr(lifetime, name)
             gauge.set(math.nan if value is None else value)
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` as an aware UTC time (SQLite returns naive UTC times)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 @lru_cache(maxsize=4)

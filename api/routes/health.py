@@ -1,7 +1,7 @@
 """Unauthenticated probes: liveness, readiness (database reachable) and Prometheus metrics."""
 
 import anyio
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 from interstice.api.deps import ServiceDep
 from interstice.api.schemas import ErrorDetail, Health
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model_exclude_none=True)
 def healthz() -> Health:
     """Liveness: the process answers. No token."""
     return Health(status="ok")
@@ -19,10 +19,12 @@ def healthz() -> Health:
     "/readyz",
     responses={503: {"model": ErrorDetail, "description": "Database unreachable"}},
 )
-async def readyz(service: ServiceDep, response: Response) -> Health | ErrorDetail:
-    """Readiness: the database answers ``SELECT 1``; 503 otherwise. No token."""
+async def readyz(service: ServiceDep, request: Request, response: Response) -> Health | ErrorDetail:
+    """Readiness: the database answers ``SELECT 1``; 503 otherwise. ``leader``: whether
+    this replica runs the solver (one of the replicas of a PostgreSQL database; always true
+    on SQLite). No token."""
     if await anyio.to_thread.run_sync(service.db.ping):
-        return Health(status="ok")
+        return Health(status="ok", leader=request.app.state.control.leader)
     response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     return ErrorDetail(detail="database unreachable")
 

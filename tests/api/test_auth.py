@@ -72,7 +72,7 @@ def test_roles_are_enforced(module_api: Api, path: str, method: str, roles: list
 def test_open_probes_answer_without_a_token(module_api: Api) -> None:
     client = module_api.client
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ok", "leader": True}
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     for name in (
