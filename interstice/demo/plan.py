@@ -11,7 +11,8 @@ moments no chosen node already changes (neighbouring Summit nodes are freed and 
 together by one big job; the demo wants rescales, not only whole preemptions) less their
 flickers (idle spans too short for a job to start: every change restarts the job's
 workers, so a flickering node would keep a job from training), then the most harvestable
-idle time. The local agents take the chosen Summit hosts' names.
+idle time. Windows rank by their nodes' usable reclaims, then by how many of those nodes are
+idle at the start (the jobs start at once). The local agents take the chosen Summit hosts' names.
 """
 
 from __future__ import annotations
@@ -132,10 +133,12 @@ def plan_replay(
         chosen, usable_count = _choose_nodes(
             trace, spans, start_s, window_s, min_idle, tail, n_nodes, apart
         )
-        scored.append((usable_count, start_s, chosen))
-    scored.sort(key=lambda score: (-score[0], score[1]))
+        # then the most of them idle at the start: jobs train from the first second
+        idle_now = int(_idle_at(spans, start_s, len(trace.node_names))[chosen].sum())
+        scored.append((usable_count, idle_now, start_s, chosen))
+    scored.sort(key=lambda score: (-score[0], -score[1], score[2]))
     pick = int(np.random.default_rng(seed).integers(min(TOP_WINDOWS, len(scored))))
-    usable_count, start_s, chosen = scored[pick]
+    usable_count, _, start_s, chosen = scored[pick]
     window = trace.window(start_s, start_s + window_s, np.array(chosen))  # local i: chosen[i]
     nodes = tuple(str(name) for name in window.node_names)
     changes = [
@@ -168,6 +171,13 @@ def _idle_spans(trace: NodeTrace) -> _IdleSpans:
     last = np.append(node[1:] != node[:-1], True)
     end = np.where(last, float(trace.duration_s), np.append(at[1:], 0.0))
     return _IdleSpans(node[idle], at[idle], end[idle], ~last[idle])
+
+
+def _idle_at(spans: _IdleSpans, at_s: float, n: int) -> np.ndarray:
+    """Whether each of the ``n`` nodes is idle at ``at_s``, bool, shape (n,)."""
+    idle = np.zeros(n, dtype=bool)
+    idle[spans.node[(spans.start_s <= at_s) & (spans.end_s > at_s)]] = True
+    return idle
 
 
 def _usable_reclaims(
