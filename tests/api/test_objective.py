@@ -84,12 +84,21 @@ def test_an_objective_stored_with_speedup_before_node_seconds_keeps_speedup(api)
 
 
 def test_the_solver_uses_the_changed_backend(api) -> None:
-    api.call("PUT", "/v1/objective", "admin", json={"backend": "cbc", "horizon_s": 100})
-    agent = api.register("n1", report_idle=True)
-    api.submit(min_nodes=1, max_nodes=1)
-    assert [c["kind"] for c in api.poll(agent)] == ["start"]
-    backends = api.client.get("/metrics").text
-    assert 'interstice_solver_status_total{status="optimal"}' in backends
+    control = api.app.state.control
+    asked: list[str] = []
+    solve = control.solver
+
+    def spy(problem, backend):
+        asked.append(backend)
+        return solve(problem, backend)
+
+    control.solver = spy
+    for backend in ("cbc", "cpsat"):
+        api.call("PUT", "/v1/objective", "admin", json={"backend": backend, "horizon_s": 100})
+        agent = api.register(f"n-{backend}", report_idle=True)
+        api.submit(min_nodes=1, max_nodes=1)
+        assert [c["kind"] for c in api.poll(agent)] == ["start"]
+        assert asked and asked[-1] == backend
 
 
 def test_the_problem_carries_every_changed_weight(api) -> None:
