@@ -1,4 +1,4 @@
-"""``interstice serve``, ``interstice token create`` and ``interstice db upgrade``.
+"""``interstice serve``, ``interstice token create|list|revoke`` and ``interstice db upgrade``.
 
 Heavy imports (FastAPI, uvicorn, SQLAlchemy, the solvers) happen inside the commands, so
 ``interstice --help`` stays light.
@@ -74,34 +74,110 @@ def serve(
     typer.echo(
         f"interstice serving on http://{settings.host}:{settings.port} (db {settings.db_url})"
     )
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=2,
-        # agents reuse one connection between heartbeats and long-polls: keep it open longer
-        # than both, so a request never races the server closing an idle connection
-        timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            # long-polls answer now, so none is still open (and cancelled) at the deadline
+            app.state.service.notifier.close()
+            await super().shutdown(sockets)
+
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=2,
+            # agents reuse one connection between heartbeats and long-polls: keep it open
+            # longer than both, so a request never races the server closing an idle one
+            timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
+        )
     )
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it stopped on, as uvicorn.run
+        pass
+    if not server.started:
+        fail(f"could not start serving on {settings.host}:{settings.port} (see above)")
 
 
 @token_app.command("create")
 def token_create(
     role: Annotated[str, typer.Option(help="scheduler, agent, user or admin.")],
-    name: Annotated[str | None, typer.Option(help="Who holds it (default: the role).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Who holds it: letters, digits, _.:@- (default: the role)."),
+    ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option("--expires-in", help="Lifetime: 30d, 12h, 90m, 3600s or 2w (default: never)."),
+    ] = None,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Create a bearer token of ROLE and print it once; the database keeps only its hash."""
-    from interstice.api.service import create_token
+    """Create a bearer token of ROLE and print it once; the database keeps only its hash.
+    Audited (actor: command line)."""
+    from interstice.api.schemas import TokenCreate
+    from interstice.api.tokens import create_token, parse_duration_s
+    from pydantic import ValidationError
 
-    roles = ("scheduler", "agent", "user", "admin")
-    if role not in roles:
-        fail(f"--role must be one of {', '.join(roles)}, got {role!r}")
+    from interstice.wire import TOKEN_ROLES
+
+    if role not in TOKEN_ROLES:
+        fail(f"--role must be one of {', '.join(TOKEN_ROLES)}, got {role!r}")
+    try:
+        expires_in_s = None if expires_in is None else parse_duration_s(expires_in)
+        body = TokenCreate(name=name or role, role=role, expires_in_s=expires_in_s)  # type: ignore[arg-type]
+    except ValueError as exc:  # ValidationError included
+        if isinstance(exc, ValidationError):
+            error = exc.errors()[0]
+            field = {"expires_in_s": "expires-in"}.get(str(error["loc"][0]), error["loc"][0])
+            fail(f"--{field}: {error['msg']}")
+        fail(f"--expires-in: {exc}")
     database = _database(_settings(config, db_url=db))
-    typer.echo(create_token(database, role, name or role))
+    typer.echo(create_token(database, body.role, body.name, body.expires_in_s))
     database.dispose()
+
+
+@token_app.command("list")
+def token_list(db: DbOption = None, config: ConfigOption = None) -> None:
+    """One line per token, oldest first: id, name, role, created, expires, revoked (UTC).
+    Never a secret: only hashes are stored."""
+    from interstice.api.tokens import list_tokens, public_id
+
+    database = _database(_settings(config, db_url=db))
+    for t in list_tokens(database):
+        typer.echo(
+            f"{public_id(t.principal.token_id)} name={t.principal.name} role={t.principal.role} "
+            f"created={_when(t.created_at)} expires={_when(t.expires_at, 'never')} "
+            f"revoked={_when(t.revoked_at, 'no')}"
+        )
+    database.dispose()
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id, t-<n>.")],
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Revoke a token: refused (401) at once by a service in this database, within 1 s by
+    one that had it cached. Idempotent. Audited (actor: command line)."""
+    from interstice.api.tokens import revoke_token
+
+    database = _database(_settings(config, db_url=db))
+    try:
+        record = revoke_token(database, token_id)
+    except LookupError as exc:
+        fail(str(exc))
+    finally:
+        database.dispose()
+    typer.echo(f"{token_id} revoked at {_when(record.revoked_at)}")
+
+
+def _when(at: Any, none: str = "-") -> str:
+    """``at`` as ISO 8601 UTC to the second, or ``none``."""
+    return none if at is None else at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @db_app.command("upgrade")

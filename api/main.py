@@ -7,12 +7,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from interstice.api import db as database
+from interstice.api import limits
 from interstice.api.control import ControlLoop, Solver, optimizer_solver
+from interstice.api.deps import known_query
 from interstice.api.metrics import Metrics, RequestLatency
 from interstice.api.routes import (
     agents,
@@ -23,11 +26,13 @@ from interstice.api.routes import (
     scalability,
     solves,
     stats,
+    tokens,
     ui,
 )
 from interstice.api.service import Service
 from interstice.api.settings import Settings
 from interstice.api.state import Conflict, NotFound
+from starlette.exceptions import HTTPException
 
 
 def create_app(settings: Settings | None = None, solver: Solver | None = None) -> FastAPI:
@@ -64,19 +69,31 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
         version="1",
         summary="Fills a supercomputer's transient idle nodes with elastic training jobs.",
         lifespan=lifespan,
+        dependencies=[Depends(known_query)],
     )
     app.state.service = service
     app.state.control = control
-    for module in (nodes, jobs, agents, objective, solves, scalability, stats, health, ui):
+    for module in (nodes, jobs, agents, objective, solves, scalability, stats, health, tokens, ui):
         app.include_router(module.router)
     app.mount(ui.STATIC_PATH, ui.static_files(), name="ui-static")
     app.add_middleware(RequestLatency, metrics=metrics)
+    app.add_middleware(limits.BodyLimit)
+    default_openapi = app.openapi
+    app.openapi = lambda: limits.document_too_large(default_openapi())  # type: ignore[method-assign]
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Any:
+        if exc.status_code == 405:  # every method of the path, not the first route's
+            allow = ", ".join(limits.allowed_methods(app.router.routes, request.scope))
+            exc.headers = (exc.headers or {}) | {"Allow": allow}
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's own answer, except that a NaN or infinite input it echoes is written as
         # a string: JSON has no such numbers, and encoding them would turn a 422 into a 500
-        errors = _finite(jsonable_encoder(exc.errors()))
+        # (quoting at most a prefix of the input: see limits.shorten_errors)
+        errors = _finite(jsonable_encoder(limits.shorten_errors(list(exc.errors()))))
         return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(NotFound)

@@ -7,7 +7,7 @@ seconds (``*_s``).
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -39,14 +40,20 @@ RescaleReason = Literal[
 
 
 def _utc_in_range(at: datetime) -> datetime:
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    if not 2000 <= at.year <= 2100:
+    if not 2000 <= at.year <= 2100:  # the year as written, as the schema's pattern says
         raise ValueError(f"year {at.year} is outside 2000..2100")
-    return at
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
-UTCTime = Annotated[datetime, AfterValidator(_utc_in_range)]
-"""A time in UTC (a time without offset is read as UTC), years 2000..2100."""
+UTCTime = Annotated[
+    datetime,
+    AfterValidator(_utc_in_range),
+    Field(
+        description="ISO 8601 time; without an offset it is UTC; years 2000..2100",
+        json_schema_extra={"pattern": "^(20[0-9][0-9]|2100)-"},
+    ),
+]
+"""A time in UTC (a time without offset is read as UTC), years 2000..2100 as written."""
 
 
 def _not_a_boolean(value: Any) -> Any:
@@ -65,11 +72,45 @@ def integer(ge: int, le: int) -> Any:
 NAME = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")
 
 
+def _takes_booleans(annotation: Any) -> bool:
+    """Whether ``annotation`` has ``bool`` or a model (which checks its own fields) in it."""
+    if annotation is bool or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return True
+    return any(_takes_booleans(arg) for arg in get_args(annotation))
+
+
+def _only_booleans(annotation: Any) -> bool:
+    """Whether ``annotation`` is ``bool`` or ``bool | None``."""
+    return annotation is bool or set(get_args(annotation)) == {bool, type(None)}
+
+
+def _has_boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, dict):
+        return any(_has_boolean(v) for v in value.values())
+    return isinstance(value, list) and any(_has_boolean(v) for v in value)
+
+
 class Request(BaseModel):
-    """Request bodies refuse unknown fields, so a typo is a 422 naming it, and NaN or
-    infinite numbers (a 422 naming the field, never a 500)."""
+    """Request bodies refuse unknown fields, so a typo is a 422 naming it, NaN or infinite
+    numbers (a 422 naming the field, never a 500), ``true``/``false`` where no boolean is
+    expected (pydantic would read them as 1 and 0: ``grace_s: false`` is not 0), and
+    anything but ``true``/``false`` where one is (not ``0``, ``1`` or ``"yes"``)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None:
+            return value
+        if not _takes_booleans(field.annotation) and _has_boolean(value):
+            raise ValueError("a boolean is not accepted here (numbers must be numbers)")
+        if _only_booleans(field.annotation) and value is not None and not isinstance(value, bool):
+            raise ValueError("Input should be true or false")
+        return value
 
 
 class ErrorDetail(BaseModel):
@@ -198,6 +239,9 @@ class JobCreate(Request):
         env: environment variables added for the workers; the launcher's names
             (``INTERSTICE_*``, ``TORCHELASTIC_*``, ``RANK``, ``WORLD_SIZE``, ...) are refused.
         nproc_per_node: worker processes per node, or ``auto`` (one per visible GPU, 1 on CPU).
+
+    Rules beyond the fields' own (a 422 when broken): ``min_nodes`` ≤ ``max_nodes``; at
+    most one of ``entrypoint`` and ``command``.
     """
 
     model: str | None = Field(default=None, min_length=1, max_length=200)
@@ -400,16 +444,9 @@ class AgentCreate(Request):
 
     node: str = NAME
     host: str = Field(min_length=1, max_length=200)
-    ports: list[int] = Field(default_factory=list, max_length=100)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=100)
     devices: list[str] = Field(default_factory=list, max_length=1000)
     report_idle: bool = False
-
-    @model_validator(mode="after")
-    def _ports_in_range(self) -> "AgentCreate":
-        bad = [p for p in self.ports if not 1 <= p <= 65535]
-        if bad:
-            raise ValueError(f"ports: {bad[0]} is outside 1..65535")
-        return self
 
 
 class AgentRegistered(BaseModel):
@@ -462,7 +499,7 @@ class Heartbeat(Request):
 
     job_id: str | None = Field(default=None, max_length=50)
     world_size: integer(0, 1000000) | None = None
-    step: integer(0, 2**62) | None = None
+    step: integer(0, 10**15) | None = None
     samples_per_s: float | None = Field(default=None, ge=0, le=1e12)
     samples_done: float | None = Field(default=None, ge=0, le=1e15)
     rendezvous_id: str | None = Field(default=None, max_length=100)
@@ -542,6 +579,54 @@ class CommandAckAnswer(BaseModel):
     acked_at: datetime
 
 
+# --- tokens ----------------------------------------------------------------------------
+
+TOKEN_NAME = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@\-]+$")
+TOKEN_ID = r"^t-[0-9]{1,15}$"
+
+
+class TokenCreate(Request):
+    """A new bearer token.
+
+    Attributes:
+        name: who holds it (letters, digits, ``_ . : @ -``).
+        role: ``scheduler``, ``agent``, ``user`` or ``admin``.
+        expires_in_s: lifetime from now, seconds (at most 10 years); null: it never expires.
+    """
+
+    name: str = TOKEN_NAME
+    role: Role
+    expires_in_s: integer(1, 10 * 366 * 86400) | None = None
+
+
+class TokenPublic(BaseModel):
+    """A token as admins see it (never its secret: only a hash is stored).
+
+    Attributes:
+        token_id: ``t-<id>``.
+        expires_at: when it stops working, or null (never).
+        revoked_at: when it was revoked, or null.
+    """
+
+    token_id: str
+    name: str
+    role: Role
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenPublic):
+    """A new token with its secret, shown this once."""
+
+    token: str
+
+
+class TokensPublic(BaseModel):
+    data: list[TokenPublic]
+    count: int
+
+
 # --- objective, scalability, audit -----------------------------------------------------
 
 
@@ -572,10 +657,27 @@ class ObjectivePublic(BaseModel):
     time_limit_s: float
 
 
+def _horizon_bounds(schema: dict[str, Any]) -> None:
+    """Show the rule of :meth:`ObjectiveUpdate._positive_horizon` on the number branch."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") == "number":
+            branch.update(exclusiveMinimum=0, maximum=1e7)
+
+
 class ObjectiveUpdate(Request):
     """A change of the objective; fields left out keep their value, except that turning one
     of ``speedup`` and ``node_seconds`` on turns the other off (they are two normalisations
-    of the same term)."""
+    of the same term); both ``true`` in one request is a 422. ``horizon_s`` is in (0, 1e7]
+    seconds or ``"auto"``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "properties": {"speedup": {"const": True}, "node_seconds": {"const": True}},
+                "required": ["speedup", "node_seconds"],
+            }
+        }
+    )
 
     throughput: float | None = Field(default=None, ge=0, le=1e6)
     speedup: bool | None = None
@@ -584,7 +686,9 @@ class ObjectiveUpdate(Request):
     priority: float | None = Field(default=None, ge=0, le=100)
     churn: float | None = Field(default=None, ge=0, le=1e12)
     early_finish: float | None = Field(default=None, ge=0, le=1)
-    horizon_s: float | Literal["auto"] | None = Field(default=None)
+    horizon_s: float | Literal["auto"] | None = Field(
+        default=None, json_schema_extra=_horizon_bounds
+    )
     backend: Backend | None = None
     time_limit_s: float | None = Field(default=None, gt=0, le=3600)
 
@@ -615,11 +719,19 @@ class ScalabilityPublic(BaseModel):
 
 
 class AuditPublic(BaseModel):
-    """An admin change."""
+    """An admin change (``objective.update``, ``scalability.update``, ``token.create``,
+    ``token.revoke``) or a refused request of a known token (``request.refused``: revoked,
+    expired or wrong role; at most one entry per token per 10 s, counting the ones between).
+
+    Attributes:
+        actor: the name of the token that acted, or ``command line``.
+        token_id: ``t-<id>`` of that token; null for the command line.
+    """
 
     id: int
     at: datetime
     actor: str
+    token_id: str | None
     action: str
     old: dict[str, Any] | None
     new: dict[str, Any]

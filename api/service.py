@@ -7,21 +7,18 @@ synchronous; FastAPI runs them in its thread pool.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import anyio
-from interstice.api import history, schemas, state
+from interstice.api import history, idempotency, schemas, state
 from interstice.api.db import Database
 from interstice.api.logs import read_rank_log
 from interstice.api.metrics import Metrics
@@ -41,6 +38,8 @@ from interstice.api.tables import (
     Token,
     utcnow,
 )
+from interstice.api.tokens import Principal, TokenCache, hash_token
+from interstice.api.tokens import create_token as create_token  # re-exported for callers
 from interstice.optimizer import ScalabilityTable
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -65,28 +64,6 @@ DEFAULT_OBJECTIVE: dict[str, Any] = {
 }
 
 
-def hash_token(token: str) -> str:
-    """sha256 hex digest of a bearer token (tokens are 32 random bytes, so no salt is needed)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_token(db: Database, role: str, name: str) -> str:
-    """Store a new token of ``role`` and return it; only its hash is kept."""
-    token = secrets.token_urlsafe(32)
-    with db.write() as session:
-        session.add(Token(name=name, role=role, token_sha256=hash_token(token)))
-    return token
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the token's id, name and role."""
-
-    token_id: int
-    name: str
-    role: str
-
-
 class Service:
     """State, wake-ups and staleness of one running service."""
 
@@ -96,7 +73,7 @@ class Service:
         self.metrics = metrics
         self.notifier = Notifier()
         self.on_stale: Callable[[], None] = lambda: None
-        self._tokens: dict[str, Principal] = {}
+        self.tokens = TokenCache(db)
         self._leases: dict[int, float] = {}
         self._reports: dict[int, dict[str, Any]] = {}
         self.poll_reads: anyio.CapacityLimiter | None = None
@@ -122,22 +99,6 @@ class Service:
             self.metrics.rescales.labels(reason).inc(n)
         if changes.stale:
             self.on_stale()
-
-    def cached_principal(self, token: str) -> Principal | None:
-        """The principal of a token seen before (no database access), or None."""
-        return self._tokens.get(hash_token(token))
-
-    def authenticate(self, token: str) -> Principal | None:
-        """The principal of a bearer token, or None (tokens are immutable, so cached)."""
-        digest = hash_token(token)
-        if digest in self._tokens:
-            return self._tokens[digest]
-        with self.db.read() as session:
-            row = session.scalar(select(Token).where(Token.token_sha256 == digest))
-        if row is None:
-            return None
-        principal = self._tokens[digest] = Principal(row.id, row.name, row.role)
-        return principal
 
     def bootstrap(self) -> None:
         """Load the scalability table from its CSV when none is stored; store a bootstrap token."""
@@ -209,7 +170,9 @@ class Service:
         row = session.get(Config, "scalability")
         return None if row is None else _parse_table(row.value["csv"])
 
-    def create_job(self, who: Principal, body: schemas.JobCreate) -> schemas.JobPublic:
+    def create_job(
+        self, who: Principal, body: schemas.JobCreate, idempotency_key: str | None = None
+    ) -> tuple[schemas.JobPublic, bool]:
         """Admit a job (queued until the next solve gives it nodes) and create its directory
         ``<checkpoint_root>/<job_id>`` (mode 0700) with ``checkpoints/`` inside.
 
@@ -217,12 +180,23 @@ class Service:
         at a depth > 0); any other model (or none) is accepted, at SPB depth 0, and scheduled
         from the default scaling curve until the job's own reported rates replace it.
 
+        With ``idempotency_key``, a retry of the same body by the same token answers the job
+        the first request created (see :mod:`interstice.api.idempotency`).
+
+        Returns:
+            The job, and whether it is the one an earlier request with the key created.
+
         Raises:
             Conflict: ``dp`` on a table model without depth 0, ``min_nodes`` above the
                 model's largest measured count, or the job directory cannot be created.
+            idempotency.KeyReused: the key was used by this token for a different body.
         """
         changes = Changes(stale=True)
         with self.db.write() as session:
+            if idempotency_key is not None:
+                earlier = idempotency.earlier_job(session, who.token_id, idempotency_key, body)
+                if earlier is not None:
+                    return _job_public(session, earlier), True
             table = self.scalability(session)
             depths: tuple[int, ...] = (0,)
             if table is not None and body.model in table.models:
@@ -266,9 +240,11 @@ class Service:
             folder = job_dir(self.settings.checkpoint_root.resolve(), job.job_id)
             _make_job_dir(folder)
             job.job_dir = str(folder)
+            if idempotency_key is not None:
+                idempotency.remember(session, who.token_id, idempotency_key, body, job.id)
             public = _job_public(session, job)
         self.after_commit(changes)
-        return public
+        return public, False
 
     def _visible_job(self, session: Session, who: Principal, job_id: str) -> Job:
         number = parse_id(job_id, "j")
@@ -662,7 +638,15 @@ class Service:
                 session.add(Config(key="objective", value=new))
             else:
                 row.value = new
-            session.add(AuditEntry(actor=who.name, action="objective.update", old=old, new=new))
+            session.add(
+                AuditEntry(
+                    actor=who.name,
+                    token_id=who.token_id,
+                    action="objective.update",
+                    old=old,
+                    new=new,
+                )
+            )
         self.after_commit(Changes(stale=True))
         return schemas.ObjectivePublic(**new)
 
@@ -704,7 +688,11 @@ class Service:
                 row.value = value
             session.add(
                 AuditEntry(
-                    actor=who.name, action="scalability.update", old=old, new=_table_summary(value)
+                    actor=who.name,
+                    token_id=who.token_id,
+                    action="scalability.update",
+                    old=old,
+                    new=_table_summary(value),
                 )
             )
         self.after_commit(Changes(stale=True))
@@ -721,7 +709,13 @@ class Service:
             )
             data = [
                 schemas.AuditPublic(
-                    id=a.id, at=a.at, actor=a.actor, action=a.action, old=a.old, new=a.new
+                    id=a.id,
+                    at=a.at,
+                    actor=a.actor,
+                    token_id=None if a.token_id is None else f"t-{a.token_id}",
+                    action=a.action,
+                    old=a.old,
+                    new=a.new,
                 )
                 for a in rows
             ]

@@ -260,7 +260,9 @@ def apply_node_events(
     changes: Changes,
 ) -> list[NodeEvent]:
     """Apply scheduler events ``(event_id, node, state, at, grace_s)`` in order; a repeated
-    ``event_id`` returns the stored event unchanged.
+    ``event_id`` returns the stored event unchanged. A node's state is that of its event with
+    the latest ``at``: an event older than the newest one applied to its node is recorded
+    but changes nothing (events with equal ``at`` apply in arrival order).
 
     ``busy`` on a held node is a reclaim: after the batch, the reclaimed nodes are released
     (:func:`release_nodes`, deadline ``at + grace_s``), one new generation per job and
@@ -299,10 +301,13 @@ def _apply_node_event(
     node = session.get(Node, node_name)
     reclaimed = None
     if node is None:
-        node = Node(name=node_name, state=state, since=at)
+        node = Node(name=node_name, state=state, since=at, event_at=at)
         session.add(node)
         changes.stale = changes.stale or state == "idle"
+    elif node.event_at is not None and at < node.event_at:
+        pass  # older than the newest event applied to the node: recorded, changes nothing
     elif node.state != state:
+        node.event_at = at
         if state == "busy":
             session.add(
                 IdleInterval(
@@ -317,6 +322,8 @@ def _apply_node_event(
         node.state = state
         node.since = at
         changes.stale = True
+    else:
+        node.event_at = at
     record = NodeEvent(
         event_id=event_id,
         node=node_name,

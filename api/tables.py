@@ -58,6 +58,8 @@ class Token(Base):
     role: Mapped[str] = mapped_column(String(20))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
 
 
 class Job(Base):
@@ -107,7 +109,11 @@ class Job(Base):
 
 
 class Node(Base):
-    """A compute node as the scheduler reports it; ``holder_job_id`` is the job using it."""
+    """A compute node as the scheduler reports it; ``holder_job_id`` is the job using it.
+
+    ``event_at`` is the ``at`` of the newest scheduler event applied to it: an event older
+    than that is recorded but changes nothing (None: no event yet, e.g. an agent's node).
+    """
 
     __tablename__ = "nodes"
 
@@ -115,6 +121,7 @@ class Node(Base):
     state: Mapped[str] = mapped_column(String(10))
     since: Mapped[datetime]
     holder_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    event_at: Mapped[datetime | None]
 
 
 class IdleInterval(Base):
@@ -261,13 +268,28 @@ class Config(Base):
 
 
 class AuditEntry(Base):
-    """An admin change: who, when, old and new value."""
+    """An admin change or a refused request: who (name and token id), when, old and new
+    value. ``token_id`` is None for the command line."""
 
     __tablename__ = "audit"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime] = mapped_column(default=utcnow)
     actor: Mapped[str] = mapped_column(String(200))
+    token_id: Mapped[int | None]
     action: Mapped[str] = mapped_column(String(50))
     old: Mapped[dict[str, Any] | None]
     new: Mapped[dict[str, Any]]
+
+
+class IdempotencyKey(Base):
+    """An ``Idempotency-Key`` of ``POST /v1/jobs``, per token: a retry with the same key and
+    body answers ``job_id`` again (``request_sha256`` tells a different body apart)."""
+
+    __tablename__ = "idempotency_keys"
+
+    token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -2,8 +2,10 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Header, Query, Response, status
+from fastapi.exceptions import RequestValidationError
 from interstice.api.deps import ServiceDep, UserToken, roles
+from interstice.api.idempotency import KEY_PATTERN, KeyReused
 from interstice.api.schemas import (
     JobCreate,
     JobLogPublic,
@@ -17,7 +19,23 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, **roles("user", "admin", errors=(400, 409)))
-def create_job(body: JobCreate, service: ServiceDep, who: UserToken) -> JobPublic:
+def create_job(
+    body: JobCreate,
+    service: ServiceDep,
+    who: UserToken,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            pattern=KEY_PATTERN,
+            description="A key of the client's choosing (e.g. a UUID): a retry with the same "
+            "key and body answers the job the first request created (201 again, with "
+            "`Idempotent-Replayed: true`) instead of creating another; per token, kept 24 h; "
+            "the same key with a different body is a 422.",
+        ),
+    ] = None,
+) -> JobPublic:
     """Submit a job; it is ``queued`` until a solve gives it nodes. Roles: user, admin.
 
     A model outside the scalability table (or none) is scheduled from the default scaling
@@ -27,7 +45,15 @@ def create_job(body: JobCreate, service: ServiceDep, who: UserToken) -> JobPubli
     409 when ``min_nodes`` is above a table model's largest measured node count or the job
     directory cannot be created.
     """
-    return service.create_job(who, body)
+    try:
+        job, replayed = service.create_job(who, body, idempotency_key)
+    except KeyReused as exc:
+        raise RequestValidationError(
+            [{"loc": ("header", "Idempotency-Key"), "msg": str(exc), "type": "value_error"}]
+        ) from None
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return job
 
 
 @router.get("", **roles("user", "admin"))
@@ -79,7 +105,7 @@ def job_logs(
     rank: Annotated[int, Query(ge=0, le=10**6, description="global rank")] = 0,
     tail: Annotated[int, Query(ge=0, le=100000, description="last lines to answer")] = 200,
     offset: Annotated[
-        int | None, Query(ge=0, le=2**62, description="byte offset to read from (follow)")
+        int | None, Query(ge=0, le=10**15, description="byte offset to read from (follow)")
     ] = None,
 ) -> JobLogPublic:
     """stdout+stderr of one rank over every generation, oldest first: the last ``tail``

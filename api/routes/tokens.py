@@ -1,0 +1,57 @@
+"""Admin routes: create, list and revoke bearer tokens (as ``interstice token ...`` does)."""
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Path, status
+from interstice.api import tokens
+from interstice.api.deps import AdminToken, ServiceDep, roles
+from interstice.api.schemas import TOKEN_ID, TokenCreate, TokenCreated, TokenPublic, TokensPublic
+from interstice.api.state import NotFound
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+
+
+def _public(record: tokens.TokenRecord) -> TokenPublic:
+    return TokenPublic(
+        token_id=tokens.public_id(record.principal.token_id),
+        name=record.principal.name,
+        role=record.principal.role,  # type: ignore[arg-type]
+        created_at=record.created_at,
+        expires_at=record.expires_at,
+        revoked_at=record.revoked_at,
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, **roles("admin", errors=(400,)))
+async def create_token(body: TokenCreate, service: ServiceDep, who: AdminToken) -> TokenCreated:
+    """Create a token; its secret is in this answer only (the database keeps its hash).
+    Audited. Roles: admin."""
+    secret, record = await anyio.to_thread.run_sync(
+        tokens.create_token_record, service.db, body.role, body.name, body.expires_in_s, who
+    )
+    return TokenCreated(**_public(record).model_dump(), token=secret)
+
+
+@router.get("", **roles("admin"))
+async def list_tokens(service: ServiceDep, _: AdminToken) -> TokensPublic:
+    """Every token, oldest first, without secrets. Roles: admin."""
+    data = [_public(r) for r in await anyio.to_thread.run_sync(tokens.list_tokens, service.db)]
+    return TokensPublic(data=data, count=len(data))
+
+
+@router.delete("/{token_id}", **roles("admin", errors=(404,)))
+async def revoke_token(
+    token_id: Annotated[str, Path(pattern=TOKEN_ID, description="``t-<id>``")],
+    service: ServiceDep,
+    who: AdminToken,
+) -> TokenPublic:
+    """Revoke a token: it answers 401 from now on in this process, and within
+    :data:`interstice.api.tokens.CACHE_TTL_S` (1 s) in any other serving the same database.
+    Idempotent (a revoked token keeps its first ``revoked_at``). Audited. Roles: admin."""
+    try:
+        record = await anyio.to_thread.run_sync(tokens.revoke_token, service.db, token_id, who)
+    except LookupError as exc:
+        raise NotFound(str(exc)) from None
+    service.tokens.forget(record.principal.token_id)
+    return _public(record)
