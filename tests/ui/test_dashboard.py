@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -104,14 +106,10 @@ def browser() -> Iterator[object]:
 
 
 def _now() -> str:
-    from datetime import UTC, datetime
-
     return datetime.now(UTC).isoformat()
 
 
 def _until(predicate, timeout_s: float = WAIT_S) -> None:  # type: ignore[no-untyped-def]
-    import time
-
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"

@@ -150,12 +150,15 @@ function objectiveForm(afterSave) {
     inputs[name] = input;
     return el("label", { class: "field" }, el("span", { text: name }), input, el("small", { text: help }));
   });
+  // what the admin typed; text that is no number goes as it is, for the service to refuse
   const read = (name) => {
     const input = inputs[name];
     if (input.type === "checkbox") return input.checked;
-    if (input.type === "number") return input.value === "" ? null : Number(input.value);
-    if (name === "horizon_s") return input.value === "auto" ? "auto" : Number(input.value);
-    return input.value;
+    const text = input.value.trim();
+    if (input.type === "number" || name === "horizon_s") {
+      return text !== "" && Number.isFinite(Number(text)) ? Number(text) : text;
+    }
+    return text;
   };
   const node = el(
     "form",
