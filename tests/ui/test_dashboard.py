@@ -34,6 +34,7 @@ if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         "browser test skipped",
         allow_module_level=True,
     )
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -120,14 +121,30 @@ def _wait(driver, condition, what: str):  # type: ignore[no-untyped-def]
     """Wait for ``condition(driver)`` to be truthy; fail naming ``what`` and the page's
     status line."""
     try:
-        return WebDriverWait(driver, WAIT_S).until(condition)
+        return WebDriverWait(
+            driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(condition)
     except Exception as exc:  # selenium's TimeoutException, with the page's state
-        status = driver.find_element(By.ID, "status").text
+        status = _texts(driver, "#status")
         raise AssertionError(f"{what}: not shown in {WAIT_S} s (status: {status!r})") from exc
 
 
 def _texts(driver, css: str) -> list[str]:  # type: ignore[no-untyped-def]
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    """The text of every element matching ``css``, read in one go (the views re-render
+    every 2 s, so elements found one call earlier may be gone)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css
+    )
+
+
+def _attributes(driver, css: str, name: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """``{element's attribute name: its class}`` of every element matching ``css``."""
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll(arguments[0])]"
+        ".map((e) => [e.getAttribute(arguments[1]), e.className]))",
+        css,
+        name,
+    )
 
 
 def _login(driver, url: str, token: str, view: str) -> None:  # type: ignore[no-untyped-def]
@@ -144,7 +161,7 @@ def _show(driver, view: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def _updated(driver) -> bool:  # type: ignore[no-untyped-def]
-    return driver.find_element(By.ID, "status").text.startswith("updated")
+    return _texts(driver, "#status")[0].startswith("updated")
 
 
 def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> None:  # type: ignore[no-untyped-def]
@@ -163,17 +180,14 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
         ),
         "node counts (4 nodes, 2 busy)",
     )
-    grid = {
-        e.get_attribute("data-node"): e.get_attribute("class")
-        for e in driver.find_elements(By.CSS_SELECTOR, ".node-grid .node")
-    }
+    grid = _attributes(driver, ".node-grid .node", "data-node")
     assert set(grid) == {"n1", "n2", "n3", "n4"} and "busy" in grid[jobs["victim"]]
     assert any("allocated" in c for c in grid.values())
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-chart] .uplot canvas"), "chart")
     legend = " ".join(_texts(driver, "#view-nodes .u-legend .u-label"))
     for label in ("idle (nodes)", "busy (nodes)", "alive agents", f"{jobs['mine']} (nodes)"):
         assert label in legend
-    assert "Nodes over time" in driver.find_element(By.CSS_SELECTOR, "#view-nodes .u-title").text
+    assert "Nodes over time" in _texts(driver, "#view-nodes .u-title")
     driver.save_screenshot(str(screenshots / "1-nodes.png"))
 
     # Jobs: both jobs, the user's job's bar (progress and Gantt lane), the preemption mark
@@ -186,7 +200,7 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
         ),
         "both jobs' rows",
     )
-    row = driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{jobs["mine"]}"]').text
+    (row,) = _texts(driver, f'tr[data-job="{jobs["mine"]}"]')
     assert "running" in row and "tinycnn" in row
     assert any(t.startswith(jobs["queued"]) for t in _texts(driver, "table.queue tbody tr"))
     lanes = " ".join(_texts(driver, "#jobs-gantt .u-legend .u-label"))
@@ -226,10 +240,10 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
     driver.find_element(By.ID, "objective-save").click()
     _wait(
         driver,
-        lambda d: "time_limit_s" in d.find_element(By.CSS_SELECTOR, ".form-message").text,
+        lambda d: "time_limit_s" in _texts(d, ".form-message")[0],
         "the refusal naming time_limit_s",
     )
-    assert "refused" in driver.find_element(By.CSS_SELECTOR, ".form-message").text
+    assert "refused" in _texts(driver, ".form-message")[0]
     driver.save_screenshot(str(screenshots / "4-optimizer.png"))
     driver.find_element(By.XPATH, "//form[@class='objective']//button[text()='Reset']").click()
 
@@ -262,7 +276,7 @@ def test_a_user_sees_only_its_own_jobs(cluster, browser, screenshots: Path) -> N
         _show(driver, view)
         _wait(
             driver,
-            lambda d, v=view: "admins only" in d.find_element(By.ID, f"view-{v}").text,
+            lambda d, v=view: "admins only" in _texts(d, f"#view-{v}")[0],
             f"'admins only' on {view}",
         )
     driver.save_screenshot(str(screenshots / "7-user-agents.png"))
