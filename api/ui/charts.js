@@ -15,6 +15,9 @@ export const timeSeries = {
       : `${new Date(seconds * 1000).toLocaleString()} (UTC ${utcClock(seconds)})`,
 };
 
+// Width of a value axis, px: room for its longest tick label (uPlot's default is 50 px).
+const tickWidth = (u, values) => 24 + 7 * Math.max(2, ...(values || []).map((v) => String(v).length));
+
 export const stepped = () => uPlot.paths.stepped({ align: 1 });
 
 // Tick labels of a value axis: three significant digits, so small values (solve times of
@@ -49,9 +52,11 @@ export class Chart {
     const { title, yLabel, y2Label, height, x, xAxis, yAxis, scales } = this.base;
     const axes = [
       { label: x === timeSeries ? "time (your time zone)" : x.label, ...xAxis },
-      { label: yLabel, scale: "y", values: ticks, ...yAxis },
+      { label: yLabel, scale: "y", values: ticks, size: tickWidth, ...yAxis },
     ];
-    if (y2Label) axes.push({ label: y2Label, scale: "y2", side: 1, values: ticks, grid: { show: false } });
+    if (y2Label) {
+      axes.push({ label: y2Label, scale: "y2", side: 1, values: ticks, size: tickWidth, grid: { show: false } });
+    }
     this.plot = new uPlot(
       {
         title,
