@@ -6,6 +6,8 @@ import { get, sinceAgo } from "../api.js";
 import { Chart, chartBox, stepped } from "../charts.js";
 import { el, failure, fill, jobColor, panel } from "../fmt.js";
 
+const LEGEND_NOTE =
+  "Idle: nodes the scheduler lent (the jobs' included); busy: the scheduler's own; red points: nodes reclaimed from a job.";
 const WINDOWS_S = { "15 min": 900, "1 h": 3600, "6 h": 21600, "24 h": 86400 };
 
 export function mount(section) {
@@ -40,8 +42,8 @@ export function mount(section) {
         if (!history.contains(box)) fill(history, box, el("p", { class: "note", id: "agents-note" }));
         draw(chart, past.value);
         history.querySelector("#agents-note").textContent = past.value.agents_alive_since
-          ? `Alive agents are counted since the service started (${new Date(past.value.agents_alive_since).toLocaleString()}); the rest comes from the database. Red points: nodes reclaimed from a job.`
-          : "Red points: nodes reclaimed from a job.";
+          ? `Alive agents are counted since the service started (${new Date(past.value.agents_alive_since).toLocaleString()}); the rest comes from the database. ${LEGEND_NOTE}`
+          : LEGEND_NOTE;
       }
     },
   };
