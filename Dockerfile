@@ -1,9 +1,15 @@
-# The allocation service (interstice serve). The training extra (torch) is left out: the service
-# never imports it. Build: docker build -t interstice .
-# Run:   docker run -p 8000:8000 -v /path/to/shared/data/bftrainer:/data:ro \
-#          -e INTERSTICE_DATA_DIR=/data -v interstice-db:/var/lib/interstice interstice
+# One image for the service and, built with the training extra, for the node agents.
+#   Service (no torch; it never imports it):  docker build -t interstice .
+#   Agent (torch, for the workers):           docker build -t interstice-agent --build-arg EXTRAS=train .
+# torch from PyPI is a CUDA build of several GB; for a CPU-only agent image pass a package index
+# that offers CPU wheels: --build-arg PIP_EXTRA_INDEX_URL=<that index>.
+# Run the service alone:
+#   docker run -p 8000:8000 -v interstice-db:/var/lib/interstice interstice
+# or the whole demo (service + PostgreSQL + 2 agents training a job): docker compose up --build
 FROM python:3.11-slim
 
+ARG EXTRAS=""
+ARG PIP_EXTRA_INDEX_URL=""
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY interstice interstice
@@ -13,8 +19,11 @@ COPY api api
 COPY models models
 COPY agents agents
 COPY elastic elastic
-RUN pip install --no-cache-dir . && useradd --system --create-home interstice \
-    && mkdir -p /var/lib/interstice && chown interstice /var/lib/interstice
+COPY examples examples
+RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
+    && useradd --system --create-home interstice \
+    && mkdir -p /var/lib/interstice /jobs /tokens \
+    && chown interstice /var/lib/interstice /jobs /tokens
 
 USER interstice
 WORKDIR /var/lib/interstice
