@@ -315,7 +315,6 @@ class ControlLoop:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
         self._tasks: list[asyncio.Task[None]] = []
         self._solving: asyncio.Task[None] | None = None
-        self._leader_since: float | None = None
         url = service.settings.db_url
         self.relay: PostgresRelay | None = None
         self.leadership: AlwaysLeader | PostgresLeadership
@@ -351,6 +350,7 @@ class ControlLoop:
         self.service.on_stale = self.mark_stale
         self.service.metrics.leader.set(0)
         if self.relay is not None:
+            self.service.leader_since = None  # a follower until the lock is taken
             await self.relay.start()
         self._tasks = [asyncio.create_task(self._sweep_forever(), name="interstice-sweeper")]
         await self.leadership.start()
@@ -367,13 +367,13 @@ class ControlLoop:
 
     async def _elected(self) -> None:
         assert self._stale is not None
-        self._leader_since = time.monotonic()
+        self.service.leader_since = time.monotonic()
         self._solving = asyncio.create_task(self._solve_forever(), name="interstice-control")
         self.service.metrics.leader.set(1)
         self._stale.set()
 
     async def _deposed(self) -> None:
-        self._leader_since = None
+        self.service.leader_since = None
         self.service.metrics.leader.set(0)
         if self._solving is not None:
             self._solving.cancel()
@@ -418,6 +418,6 @@ class ControlLoop:
         while True:
             await asyncio.sleep(period_s)
             try:
-                await asyncio.to_thread(self.service.sweep, self._leader_since)
+                await asyncio.to_thread(self.service.sweep)
             except Exception:
                 log.exception("lease sweep failed")

@@ -87,6 +87,10 @@ class Service:
         """Per job id: the rendezvous id of its newest recorded report, the largest step
         recorded for it, the largest ``samples_done`` recorded (see :meth:`_news`)."""
         self._lease_lock = threading.Lock()
+        self.leader_since: float | None = time.monotonic()
+        """``time.monotonic()`` when this process became leader (see
+        :mod:`interstice.api.leader`), None while it follows: only the leader's
+        :meth:`sweep` marks agents lost. One process (SQLite) leads from the start."""
         self.agent_counts = history.AgentCounts(utcnow())
         """Alive agents at each lease sweep (the database keeps no such history)."""
 
@@ -517,23 +521,19 @@ class Service:
             ]
         return schemas.AgentsPublic(data=data, count=len(data))
 
-    def sweep(self, leader_since: float | None = None) -> None:
+    def sweep(self) -> None:
         """Write the revivals, leases and reports renewed since the last sweep to the database
         (bulk updates); on the leader, also mark agents silent for ``missed_heartbeats_lost``
         intervals lost (their jobs rescale once each).
 
         An agent renewed here that the database says is lost (a sweep of another replica, or
         of this one, marked it) is alive again. An agent is silent when neither this process
-        nor the database (leases written by every replica) saw it within the limit, and a
-        lease starts no earlier than this process became leader, so a restart or a takeover
-        does not lose agents.
-
-        Args:
-            leader_since: ``time.monotonic()`` when this process became leader; None on a
-                follower (nobody is marked lost).
+        nor the database (leases written by every replica) saw it within the limit; an agent
+        this process holds no lease of counts from when it became leader, so a restart or a
+        takeover does not lose agents. A follower (:attr:`leader_since` None) marks nobody lost.
         """
         limit_s = self.settings.missed_heartbeats_lost * self.settings.heartbeat_interval_s
-        now, wall = time.monotonic(), utcnow()
+        now, wall, leader_since = time.monotonic(), utcnow(), self.leader_since
         with self._lease_lock:
             leases = dict(self._leases)
             renewed, self._renewed = self._renewed, set()
@@ -554,7 +554,7 @@ class Service:
             silent = []
             if leader_since is not None:
                 for a, beat_at in alive:
-                    here_s = now - max(leases.get(a, leader_since), leader_since)
+                    here_s = now - leases.get(a, leader_since)
                     seen_s = here_s if beat_at is None else (wall - _aware(beat_at)).total_seconds()
                     if min(here_s, seen_s) > limit_s:
                         silent.append(a)

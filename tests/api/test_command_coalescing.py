@@ -4,8 +4,11 @@ job once, and a long-poll renews the agent's lease."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from interstice.api.state import parse_id
 from interstice.api.tables import Agent, Command
+from sqlalchemy import select
 
 
 def _start_job_on(api, nodes: list[str]):  # type: ignore[no-untyped-def]
@@ -59,10 +62,7 @@ def test_agents_lost_in_one_sweep_rescale_their_job_once(api) -> None:
     for node, agent in agents.items():
         api.ack_all(agent, starts[node])
     service = api.app.state.service
-    silent = {parse_id(agents[n], "a") for n in ("n2", "n3", "n4")}
-    with service._lease_lock:  # their last heartbeat: long before the 3 x 10 s limit
-        for number in silent:
-            service._leases[number] -= 1000
+    _silence(service, *(agents[n] for n in ("n2", "n3", "n4")))
     service.sweep()
 
     rescales = api.job(job["job_id"])["rescales"]
@@ -96,10 +96,15 @@ def test_reclaims_in_one_batch_rescale_their_job_once(api) -> None:
 
 
 def _silence(service, *agents: str) -> None:  # type: ignore[no-untyped-def]
-    """Make ``agents``' last sign of life older than the lease limit (3 x 10 s)."""
+    """Make ``agents``' last sign of life older than the lease limit (3 x 10 s), in this
+    process's memory and in the database (where every replica writes its leases)."""
+    numbers = [parse_id(agent, "a") for agent in agents]
     with service._lease_lock:
-        for agent in agents:
-            service._leases[parse_id(agent, "a")] -= 1000
+        for number in numbers:
+            service._leases[number] -= 1000
+    with service.db.write() as session:
+        for agent in session.scalars(select(Agent).where(Agent.id.in_(numbers))):
+            agent.last_heartbeat_at -= timedelta(seconds=1000)
 
 
 def test_a_long_poll_renews_the_lease(api) -> None:

@@ -19,15 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from api_helpers import ROLES, SCALABILITY_CSV, PostgresServer
+from api_helpers import ROLES, SCALABILITY_CSV, PostgresServer, free_port
 from interstice.agents.client import ServiceClient, ServiceUnavailable
 from interstice.api.db import Database
+from interstice.api.notify import PAYLOAD_MAX_BYTES, Notifier, PostgresRelay
 from interstice.api.service import create_token
 from interstice.api.tables import NodeEvent
 from sqlalchemy import select
 from test_restart import Server
-
-pytestmark = pytest.mark.slow
 
 TAKEOVER_BOUND_S = 5.0
 """Most seconds from the leader's ``kill -9`` to the follower answering ``leader: true``."""
@@ -145,6 +144,7 @@ def replicas(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[list[S
             server.stop()
 
 
+@pytest.mark.slow
 def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
     replicas: list[Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -283,7 +283,9 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
     # no agent was lost in the failover
     listed = http.get(f"{b.url}/v1/agents", headers=h["admin"]).json()["data"]
     assert {x["node"]: x["state"] for x in listed} == dict.fromkeys(AGENT_NODES, "alive")
-    # a restarted replica follows
+    # a restarted replica follows (on a new port: the old one may be taken meanwhile)
+    a.port = free_port()
+    a.url = f"http://127.0.0.1:{a.port}"
     a.start()
     assert _is_leader(a) is False
     assert _is_leader(b) is True
@@ -293,3 +295,14 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
         f"replica, {len(streams[0].answered)} event batches and {len(streams[1].answered)} "
         "jobs answered"
     )
+
+
+def test_a_wake_up_of_many_agents_is_split_into_notify_payloads_postgresql_accepts() -> None:
+    relay = PostgresRelay("postgresql+psycopg://u@h/db", Notifier(), lambda: None)
+    sent: list[str] = []
+    relay._send = sent.append  # type: ignore[method-assign]
+    ids = list(range(1, 5001))
+    relay.send_wake(ids)
+    assert len(sent) > 1
+    assert all(len(m) <= PAYLOAD_MAX_BYTES + len("wake ") for m in sent)
+    assert [int(x) for m in sent for x in m.removeprefix("wake ").split(",")] == ids
