@@ -12,7 +12,10 @@ What a job runs on every node:
 
 - its ``command``: an argv (a first element ending in ``.py`` runs under this Python, as
   torchrun does), with the placeholders of :data:`interstice.wire.PLACEHOLDERS` expanded,
-  in ``workdir`` (default: the job dir), with the job's ``env`` added;
+  in ``workdir`` (default: the job dir), with the job's ``env`` added. A command that runs
+  this Python on a script or module (:func:`python_main`) runs as a function forked from the
+  launcher's fork server (:func:`run_python_main`), so it starts with torch, numpy and
+  scikit-learn imported; any other command is executed as a program;
 - or its ``entrypoint`` module (``python -m ENTRYPOINT``);
 - or the built-in worker (``interstice.agents.worker``), run as a function forked from the
   launcher's fork server, so it inherits torch and the models already imported.
@@ -28,9 +31,10 @@ the agent's secrets, plus torch's ``RANK``/``WORLD_SIZE``/… and the job's vari
 (:data:`interstice.wire.JOB_ENV_VARS`). stdout and stderr of global rank R go to
 ``wire.rank_log_path(job_dir, rendezvous_id, R)`` through torch's ``LogsSpecs``.
 
-Why a pre-started ("spare") launcher: importing torch and torchvision takes 2-10 s, most of
-a rescale's cost. The agent keeps one launcher process started with torch imported and a
-multiprocessing fork server holding torch, the models and the worker, blocked on its stdin;
+Why a pre-started ("spare") launcher: importing torch and torchvision takes 2-10 s (20-30 s
+on a loaded 2-core machine, scikit-learn another 7 s there), most of a rescale's cost. The
+agent keeps one launcher process started with torch imported and a multiprocessing fork
+server holding torch, the models, the worker and :data:`PRELOAD_MODULES`, blocked on its stdin;
 a start or rescale writes the generation's config to it (one JSON line), and the agent
 starts the next spare once the new workers joined. A fork server, not plain ``fork``: it is a
 fresh single-threaded process that never touches CUDA, so its children may.
@@ -41,15 +45,18 @@ on one machine, so the agent passes ``is_host`` explicitly: true on the node who
 port the endpoint names (docs/agent-protocol.md: the job's first node).
 """
 
+import atexit
 import errno
 import json
 import logging
 import os
+import runpy
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +70,11 @@ from interstice import files, wire
 
 LAUNCHER_MODULE = "interstice.agents.launcher"
 WORKER_MODULE = wire.DEFAULT_ENTRYPOINT
+# Imported by the fork server besides the worker, for users' scripts: the heavy modules of
+# the `train` extra (scikit-learn's datasets and model selection import SciPy: 7 s on a loaded
+# 2-core machine, which a script forked from the server no longer pays). One not installed
+# is skipped (multiprocessing's preload ignores an ImportError).
+PRELOAD_MODULES = (WORKER_MODULE, "numpy", "sklearn.datasets", "sklearn.model_selection")
 SPARE_READY = "interstice: spare launcher ready"  # the first line of a launcher's log
 MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 # A binary worker runs as `sh -c 'exec "$@" 2>&1' ...`: torch's LogsSpecs opens stdout and
@@ -313,6 +325,7 @@ class Launcher:
             "join_timeout_s": self.join_timeout_s,
             "local_addr": self.host,
             "argv": argv,
+            "python_main": argv is not None and python_main(argv, cwd, base_env.get("PATH")),
             "builtin_args": self._builtin_args(command, run_dir) if argv is None else None,
             "env": job_env,
             "cwd": str(cwd) if cwd.is_dir() else None,
@@ -403,6 +416,26 @@ def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> None:
             f"({os.sysconf('SC_ARG_MAX')}, E2BIG)",
             job_failed=True,
         )
+
+
+def python_main(argv: Sequence[str], cwd: Path, path: str | None) -> bool:
+    """Whether ``argv`` runs this very Python on a script or a module with no interpreter
+    option: ``[python, SCRIPT, args...]`` or ``[python, -m, MODULE, args...]``.
+
+    ``python`` must name this interpreter (``sys.executable``; a ``.py`` command got it
+    already, see :meth:`Launcher.config`), looked up in ``path`` without following links: a
+    virtual environment's ``python`` links to the same binary with other packages, and runs
+    as a program.
+
+    Args:
+        argv: the expanded command.
+        cwd: the workers' working directory (a relative program is found from it).
+        path: the workers' ``PATH``.
+    """
+    if len(argv) < 2 or (argv[1].startswith("-") and (argv[1] != "-m" or len(argv) < 3)):
+        return False
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+    return program is not None and os.path.abspath(cwd / program) == sys.executable
 
 
 def spare_ready(log_path: Path) -> bool:
@@ -643,6 +676,53 @@ def run_builtin_worker(env: dict[str, str], cwd: str | None, argv: list[str]) ->
     return worker.main(argv)
 
 
+def run_python_main(env: dict[str, str], cwd: str | None, argv: list[str]) -> None:
+    """A user's Python script or module in a process forked from the fork server, as
+    ``python SCRIPT args...`` (or ``python -m MODULE args...``) would run it.
+
+    The job's env and cwd are applied (the fork server predates the job), stderr joins
+    stdout in the rank log, ``sys.argv`` and ``sys.path[0]`` are the script's (its folder;
+    the cwd for a module), and it runs as ``__main__`` (``runpy``). Its end maps to the exit
+    code torch elastic sees, as for a process: ``SystemExit(code)`` that code (torch's
+    ``record`` makes 0 a normal return), an exception its traceback on stderr and 1 (with
+    torch's error file), ``KeyboardInterrupt`` death by SIGINT. ``atexit`` handlers run
+    before the exit.
+
+    Args:
+        env: the job's variables (torch's were set by torch).
+        cwd: the working directory, or None to keep the fork server's.
+        argv: ``[python, SCRIPT, args...]`` or ``[python, -m, MODULE, args...]`` (see
+            :func:`python_main`).
+    """
+    os.dup2(1, 2)  # torch redirected stdout to the rank log already
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        if argv[1] == "-m":
+            sys.argv = [argv[2], *argv[3:]]  # run_module sets argv[0] to the module's file
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(argv[1])
+            sys.argv = [script, *argv[2:]]
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
+            runpy.run_path(script, run_name="__main__")
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        atexit._run_exitfuncs()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except SystemExit:
+        atexit._run_exitfuncs()
+        raise
+    except BaseException:
+        traceback.print_exc()
+        atexit._run_exitfuncs()
+        raise
+    atexit._run_exitfuncs()
+
+
 def _visible_cuda_devices() -> int:
     """Workers for ``nproc_per_node: auto``: one per visible CUDA device, else 1."""
     import torch
@@ -695,6 +775,9 @@ def _run_generation(config: dict[str, Any]) -> int:
     if config["argv"] is None:
         launch = elastic_launch(launch_config, run_builtin_worker)
         args: tuple[Any, ...] = (config["env"], config["cwd"], config["builtin_args"])
+    elif config["python_main"]:
+        launch = elastic_launch(launch_config, run_python_main)
+        args = (config["env"], config["cwd"], config["argv"])
     else:
         launch = elastic_launch(launch_config, MERGE_STDERR[0])
         args = (*MERGE_STDERR[1:], *config["argv"])
@@ -721,10 +804,11 @@ def _run_generation(config: dict[str, Any]) -> int:
 def main() -> int:
     """Entry point of a launcher process: warm up, wait for one config line, run it.
 
-    Warming up starts the multiprocessing fork server with torch, the models and the
-    worker imported, so workers start as forks of it in milliseconds. A fork server, not
-    plain ``fork``: it is a fresh single-threaded process that never touches CUDA, so its
-    children may (a process that initialised CUDA cannot fork workers that use it).
+    Warming up starts the multiprocessing fork server with torch, the models, the worker
+    and :data:`PRELOAD_MODULES` imported, so workers start as forks of it in milliseconds.
+    A fork server, not plain ``fork``: it is a fresh single-threaded process that never
+    touches CUDA, so its children may (a process that initialised CUDA cannot fork workers
+    that use it).
     """
     import multiprocessing
     import multiprocessing.forkserver
@@ -732,7 +816,7 @@ def main() -> int:
     import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
     from interstice.models import MODEL_NAMES  # noqa: F401  (torchvision: seconds)
 
-    multiprocessing.set_forkserver_preload([WORKER_MODULE])
+    multiprocessing.set_forkserver_preload(list(PRELOAD_MODULES))
     multiprocessing.forkserver.ensure_running()
     # A no-op child returns only once the fork server finished its imports.
     probe = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
