@@ -44,6 +44,9 @@ KILL_MARGIN_S = 1.0  # workers still alive this long before a deadline are kille
 LEAVE_MIN_S = 0.5  # time always left for DELETE /agents/{id} on the way out
 STOP_TIMEOUT_S = 60.0  # a rescale without a deadline waits this long for the old workers
 PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running
+SPARE_AFTER_JOIN_S = 5.0  # the next spare launcher starts at the new workers' first step, or
+# this long after they joined (a script that never reports): its imports (seconds of CPU)
+# would slow the workers' own start
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Agent:
         self.heartbeat_interval_s = config.heartbeat_s or 5.0
         self.generation: launcher.Generation | None = None
         self._pending_ack: launcher.Generation | None = None
+        self._spare_due: float | None = None  # monotonic time of the next spare's start
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self._seen: set[int] = set()
         self._acked: dict[int, tuple[bool, str | None, bool]] = {}
@@ -212,6 +216,7 @@ class Agent:
                 payload = self._commands.get(timeout=0.05)
             except queue.Empty:
                 self._check_pending_ack()
+                self._warm_when_due()
                 continue
             with self._generation_lock:
                 if self.shutdown.is_set():
@@ -316,7 +321,22 @@ class Agent:
             return
         self._pending_ack = None
         self._ack(generation.command.command_id, ok, error, job_failed)
-        self.launcher.warm()  # now: a spare importing torch would slow the launch down
+        # Not before: a spare importing torch would slow the launch down.
+        self._spare_due = time.monotonic() + (SPARE_AFTER_JOIN_S if ended is None else 0.0)
+
+    def _warm_when_due(self) -> None:
+        """Start the next spare launcher once the workers launched last trained their first
+        step (their first ``elastic.report``), or at ``_spare_due``."""
+        if self._spare_due is None:
+            return
+        generation = self.generation
+        stepped = generation is not None and any(
+            progress.get("rendezvous_id") == generation.rendezvous_id
+            for progress in rundir.read_progress(generation.run_dir)
+        )
+        if stepped or time.monotonic() >= self._spare_due:
+            self._spare_due = None
+            self.launcher.warm()
 
     def _ack(
         self, command_id: int | None, ok: bool, error: str | None, job_failed: bool = False
