@@ -1,5 +1,6 @@
 """``interstice agent``: run the node agent of this node (see interstice.agents.agent)."""
 
+import ctypes
 import logging
 import os
 import signal
@@ -12,6 +13,8 @@ import typer
 
 from interstice import wire
 from interstice.errors import fail
+
+PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 
 def _parse_ports(text: str) -> list[int]:
@@ -40,8 +43,12 @@ def _parse_signal(text: str) -> signal.Signals:
 
 def _read_token(token: str | None, token_file: Path | None) -> str:
     """The agent's token from --token/INTERSTICE_AGENT_TOKEN or --token-file; then it leaves
-    this process's environment, so nothing the agent starts inherits it."""
+    this process's environment, so nothing the agent starts inherits it, and the process
+    becomes non-dumpable, so the environment it was started with (``/proc/<pid>/environ``,
+    which ``os.environ`` no longer changes) and its memory are root's alone: user code runs
+    as the agent's Unix account and could read them otherwise."""
     os.environ.pop(wire.ENV_AGENT_TOKEN, None)
+    hide_from_same_user()
     if token_file is not None:
         try:
             token = token_file.read_text().strip()
@@ -50,6 +57,25 @@ def _read_token(token: str | None, token_file: Path | None) -> str:
     if not token:
         fail(f"--token: give the agent's token ({wire.ENV_AGENT_TOKEN} or --token-file)")
     return token
+
+
+def hide_from_same_user() -> None:
+    """Make this process non-dumpable (Linux ``prctl(PR_SET_DUMPABLE, 0)``): its ``/proc``
+    files (environ, mem, cmdline's ptrace access) become root's and other processes of the
+    same user cannot ptrace it. Children that exec a program are dumpable again, so the
+    workers are unaffected. A no-op where prctl is missing (not Linux).
+
+    Raises:
+        OSError: prctl refused (it does not for this option).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return
+    if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
 
 
 def agent(
