@@ -107,7 +107,10 @@ class Request(BaseModel):
         if field is None:
             return value
         if not _takes_booleans(field.annotation) and _has_boolean(value):
-            raise ValueError("a boolean is not accepted here (numbers must be numbers)")
+            kind = (
+                "integer" if int in get_args(field.annotation) + (field.annotation,) else "number"
+            )
+            raise ValueError(f"Input should be a valid {kind}, not a boolean")
         if _only_booleans(field.annotation) and value is not None and not isinstance(value, bool):
             raise ValueError("Input should be true or false")
         return value

@@ -171,7 +171,8 @@ def test_kill9_restart_keeps_every_row_and_long_polls_resume(server: Server) -> 
     assert before["jobs"]["data"][1]["last_loss"] == 0.5
     series = c.get(f"/v1/jobs/{first['job_id']}/metrics", headers=c.h["user"]).json()
     assert [(m["step"], m["loss"]) for m in series["data"]] == [(7, 0.5)]
-    assert before["audit"]["count"] == 1
+    changes = [e for e in before["audit"]["data"] if e["action"] != "token.create"]
+    assert len(changes) == 1  # (the four tokens' creations are audited too)
 
     # n3's agent long-polls while the service dies
     polled: list = []
