@@ -194,6 +194,8 @@ class Service:
             Conflict: ``dp`` on a table model without depth 0, ``min_nodes`` above the
                 model's largest measured count, or the job directory cannot be created.
             idempotency.KeyReused: the key was used by this token for a different body.
+            sqlalchemy.exc.IntegrityError: another replica stored the key since the lookup
+                (nothing was written; a second call answers that replica's job).
         """
         changes = Changes(stale=True)
         with self.db.write() as session:
@@ -241,11 +243,13 @@ class Service:
             )
             session.add(job)
             session.flush()
+            if idempotency_key is not None:  # before the folder: a key another replica
+                # stored since the lookup fails this flush, leaving nothing behind
+                idempotency.remember(session, who.token_id, idempotency_key, body, job.id)
+                session.flush()
             folder = job_dir(self.settings.checkpoint_root.resolve(), job.job_id)
             _make_job_dir(folder)
             job.job_dir = str(folder)
-            if idempotency_key is not None:
-                idempotency.remember(session, who.token_id, idempotency_key, body, job.id)
             public = _job_public(session, job)
         self.after_commit(changes)
         return public, False

@@ -14,6 +14,7 @@ from interstice.api.schemas import (
     JobsPublic,
     JobState,
 )
+from sqlalchemy.exc import IntegrityError
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -46,7 +47,13 @@ def create_job(
     directory cannot be created.
     """
     try:
-        job, replayed = service.create_job(who, body, idempotency_key)
+        try:
+            job, replayed = service.create_job(who, body, idempotency_key)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            # another replica stored the key between this one's lookup and insert
+            job, replayed = service.create_job(who, body, idempotency_key)
     except KeyReused as exc:
         raise RequestValidationError(
             [{"loc": ("header", "Idempotency-Key"), "msg": str(exc), "type": "value_error"}]

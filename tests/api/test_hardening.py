@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import Api, free_port, interstice_executable
-from interstice.api import limits
+from interstice.api import idempotency, limits
 from interstice.api.main import create_app
 from interstice.api.settings import Settings
 
@@ -262,6 +262,29 @@ def test_keys_outlive_the_process(make_api) -> None:  # type: ignore[no-untyped-
         api.tokens["user"] = user
         again = api.call("POST", "/v1/jobs", "user", json=JOB, headers=key)
     assert again.status_code == 201 and again.json()["job_id"] == first["job_id"]
+
+
+def test_a_key_stored_by_another_replica_meanwhile_answers_its_job(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of two replicas: this one looked the key up before the other stored it."""
+    key = {"Idempotency-Key": "raced"}
+    first = api.call("POST", "/v1/jobs", "user", json=JOB, headers=key).json()
+    real, missed = idempotency.earlier_job, []
+
+    def stale_lookup(*args: object) -> object:
+        if not missed:
+            missed.append(True)
+            return None
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(idempotency, "earlier_job", stale_lookup)
+    retry = api.call("POST", "/v1/jobs", "user", json=JOB, headers=key)
+    assert missed and retry.status_code == 201, retry.text
+    assert retry.json()["job_id"] == first["job_id"]
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert api.call("GET", "/v1/jobs", "user").json()["count"] == 1
+    assert [p.name for p in Path(first["job_dir"]).parent.iterdir()] == [first["job_id"]]
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 201, "has space", "ünicode"])
