@@ -33,6 +33,12 @@ TAKEOVER_BOUND_S = 5.0
 GRACE_S = 10.0
 """The reclaim's grace: its ``stop`` must reach the agent within it."""
 AGENT_NODES = ("n1", "n2", "n3", "n4")
+LOST_AFTER_S = 10.0
+"""The service's lease limit: 10 heartbeat intervals of 1 s."""
+HEARTBEAT_S = 0.5
+"""The simulated agents' heartbeat period, seconds (the service's interval: 1 s)."""
+LONG_POLL_S = 50.0
+"""The wait of the long-poll that only a relayed wake-up answers early."""
 WAIT_S = 90.0
 """Longest wait for any awaited condition (a loaded 2-core machine)."""
 
@@ -59,14 +65,32 @@ def _is_leader(server: Server) -> bool | None:
         return None
 
 
-class SimAgent(threading.Thread):
-    """A node agent that acknowledges every command at once and heartbeats between polls,
-    over the production client given every replica's URL."""
+def _sleep_until(moment: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``moment`` (a lease limit to outlast)."""
+    time.sleep(max(0.0, moment - time.monotonic()))
 
-    def __init__(self, urls: list[str], token: str, node: str, done: threading.Event) -> None:
+
+def _agent_states(server: Server, h: dict[str, dict[str, str]]) -> dict[str, str]:
+    listed = httpx.get(f"{server.url}/v1/agents", headers=h["admin"], timeout=30).json()
+    return {x["node"]: x["state"] for x in listed["data"]}
+
+
+class SimAgent(threading.Thread):
+    """A node agent that acknowledges every command at once and heartbeats every
+    :data:`HEARTBEAT_S` from a thread of its own, over the production client given the
+    replicas' URLs."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        token: str,
+        node: str,
+        done: threading.Event,
+        poll_wait_s: float = 2.0,
+    ) -> None:
         super().__init__(name=f"agent-{node}", daemon=True)
         self.client = ServiceClient(urls, token, max_backoff_s=0.5)
-        self.node, self.done = node, done
+        self.node, self.done, self.poll_wait_s = node, done, poll_wait_s
         self.agent_id: str | None = None
         self.received: list[tuple[float, dict[str, Any]]] = []
         """(monotonic time first received, command), in order."""
@@ -79,18 +103,30 @@ class SimAgent(threading.Thread):
                 should_stop=stop,
             )
             self.agent_id = registered["agent_id"]
+            beating = threading.Thread(target=self._beat, args=(self.agent_id,), daemon=True)
+            beating.start()
             seen: set[int] = set()
             while not stop():
-                for command in self.client.poll_commands(self.agent_id, 2.0, should_stop=stop):
+                polled = self.client.poll_commands(
+                    self.agent_id, self.poll_wait_s, should_stop=stop
+                )
+                for command in polled:
                     if command["command_id"] not in seen:
                         seen.add(command["command_id"])
                         self.received.append((time.monotonic(), command))
                     self.client.ack(self.agent_id, command["command_id"], True, None)
-                self.client.heartbeat(self.agent_id, {}, should_stop=stop)
+            beating.join()
         except ServiceUnavailable:
             assert stop(), "an agent gave up while the test ran"
         finally:
             self.client.close()
+
+    def _beat(self, agent_id: str) -> None:
+        try:
+            while not self.done.wait(HEARTBEAT_S):
+                self.client.heartbeat(agent_id, {}, should_stop=self.done.is_set)
+        except ServiceUnavailable:
+            assert self.done.is_set(), "an agent gave up while the test ran"
 
     def commands_after(self, command_id: int) -> list[dict[str, Any]]:
         return [c for _, c in self.received if c["command_id"] > command_id]
@@ -149,7 +185,7 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
     replicas: list[Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INTERSTICE_HEARTBEAT_INTERVAL_S", "1")
-    monkeypatch.setenv("INTERSTICE_MISSED_HEARTBEATS_LOST", "10")
+    monkeypatch.setenv("INTERSTICE_MISSED_HEARTBEATS_LOST", str(int(LOST_AFTER_S)))
     a, b = replicas
     a.start()  # migrates the database, and leads
     database = Database(a.db_url)
@@ -169,11 +205,14 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
         node: SimAgent(ab if i % 2 == 0 else ba, tokens["agent"], node, done)
         for i, node in enumerate(AGENT_NODES)
     }
+    # long-polls the follower only: the leader's commands reach it by a relayed wake-up
+    agents["n5"] = SimAgent([b.url], tokens["agent"], "n5", done, poll_wait_s=LONG_POLL_S)
     streams: list[Streamer] = []
     try:
         for agent in agents.values():
             agent.start()
         _wait_for(lambda: all(x.agent_id for x in agents.values()), "agents registered")
+        registered = time.monotonic()
         events = [
             {"event_id": f"idle-{n}", "node": n, "state": "idle", "at": _now()} for n in AGENT_NODES
         ]
@@ -186,7 +225,21 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
             headers=h["user"],
             json={"model": "tinycnn", "min_nodes": 1, "max_nodes": 4, "total_samples": 1e9},
         ).json()["job_id"]
-        _wait_for(lambda: all(x.received for x in agents.values()), "every agent got a command")
+        _wait_for(lambda: all(agents[n].received for n in AGENT_NODES), "every agent got a command")
+        # n5 idle and a second job, on the leader: n5's long-poll on the follower wakes
+        n5_idle = {"event_id": "idle-n5", "node": "n5", "state": "idle", "at": _now()}
+        asked = time.monotonic()
+        assert http.post(
+            f"{a.url}/v1/nodes/events", headers=h["scheduler"], json={"events": [n5_idle]}
+        ).is_success
+        assert http.post(
+            f"{a.url}/v1/jobs",
+            headers=h["user"],
+            json={"model": "tinycnn", "min_nodes": 1, "max_nodes": 1, "total_samples": 1e9},
+        ).is_success
+        woken_at = _wait_for(lambda: agents["n5"].received and agents["n5"].received[0][0], "n5")
+        relayed_s = woken_at - asked
+        assert relayed_s < LONG_POLL_S / 2, "answered by the poll's timeout, not a wake-up"
 
         # node events (on nodes without agents) and job submissions stream in
         streams = [
@@ -220,6 +273,9 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
             stream.start()
         _wait_for(lambda: all(len(s.answered) >= 3 for s in streams), "streams under way")
 
+        # the leases renewed on the follower reach the leader: after the limit, none lost
+        _sleep_until(registered + 1.5 * LOST_AFTER_S)
+        assert _agent_states(b, h) == dict.fromkeys([*AGENT_NODES, "n5"], "alive")
         nodes = http.get(f"{b.url}/v1/nodes", headers=h["admin"]).json()["data"]
         reclaimed = next(n["name"] for n in nodes if n["holder"] == job)
         agent = agents[reclaimed]
@@ -248,7 +304,10 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
             "the reclaim's stop reached the agent",
         )
         reclaim_s = stopped_at - posted
-        print(f"\nfailover: takeover_s={takeover_s:.2f} reclaim_stop_s={reclaim_s:.2f}")
+        print(
+            f"\nfailover: takeover_s={takeover_s:.2f} reclaim_stop_s={reclaim_s:.2f} "
+            f"relayed_command_s={relayed_s:.2f}"
+        )
         assert takeover_s <= TAKEOVER_BOUND_S
         assert reclaim_s <= GRACE_S
 
@@ -263,26 +322,29 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
             "a command from the new leader",
         )
         _wait_for(lambda: all(len(s.answered) >= 20 for s in streams), "streams go on")
+        # no agent was lost in the failover, though those of the killed replica were silent
+        _sleep_until(killed + 1.5 * LOST_AFTER_S)
+        assert _agent_states(b, h) == dict.fromkeys([*AGENT_NODES, "n5"], "alive")
     finally:
         for stream in streams:
             stream.done.set()
         for stream in streams:
             stream.join(timeout=60)
         done.set()
-        for agent in agents.values():
-            agent.join(timeout=60)
+        for node in AGENT_NODES:  # (n5's long-poll may wait on: a daemon thread)
+            agents[node].join(timeout=60)
 
     # every answered request is still there
     jobs = http.get(f"{b.url}/v1/jobs", headers=h["admin"], params={"limit": 1000}).json()
     assert {j["job_id"] for j in streams[1].answered} <= {j["job_id"] for j in jobs["data"]}
+    # and no agent was ever taken for lost (its job would have been rescaled without it)
+    reasons = {r["reason"] for j in jobs["data"] for r in j["rescales"]}
+    assert "agent_lost" not in reasons, reasons
     with database.read() as session:
         stored = set(session.scalars(select(NodeEvent.event_id)))
     posted_ids = {e["event_id"] for answer in streams[0].answered for e in answer["data"]}
     assert posted_ids and posted_ids <= stored
     assert {"reclaim", "back"} <= stored
-    # no agent was lost in the failover
-    listed = http.get(f"{b.url}/v1/agents", headers=h["admin"]).json()["data"]
-    assert {x["node"]: x["state"] for x in listed} == dict.fromkeys(AGENT_NODES, "alive")
     # a restarted replica follows (on a new port: the old one may be taken meanwhile)
     a.port = free_port()
     a.url = f"http://127.0.0.1:{a.port}"
