@@ -4,13 +4,15 @@ while node events and job submissions stream in.
 The follower takes over within :data:`TAKEOVER_BOUND_S`; every request answered 2xx is still
 there; a reclaim posted during the failover reaches its node's agent within its grace; the
 new leader's solves keep commands flowing; the agents (over :class:`ServiceClient` given both
-URLs) fail over and none is marked lost; a restarted replica follows. The figures are printed
+URLs) fail over and none is marked lost; a restarted replica follows, and leads when the
+leader stops cleanly. The figures are printed
 (``pytest -s``) for the README.
 """
 
 from __future__ import annotations
 
 import itertools
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -351,6 +353,13 @@ def test_kill9_of_the_leader_loses_nothing_and_the_follower_takes_over(
     a.start()
     assert _is_leader(a) is False
     assert _is_leader(b) is True
+    # a leader stopped cleanly (SIGTERM) hands over, without a traceback
+    assert b.process is not None
+    b.process.terminate()
+    # (uvicorn re-raises the signal it stopped on once it has shut down)
+    assert b.process.wait(timeout=60) in (0, -signal.SIGTERM)
+    _wait_for(lambda: _is_leader(a), "the restarted replica leads")
+    assert "Traceback" not in (b.folder / "serve.log").read_text()
     database.dispose()
     print(
         f"failover: {sum(s.failed_tries for s in streams)} tries refused by the killed "
