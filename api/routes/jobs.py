@@ -19,7 +19,25 @@ from sqlalchemy.exc import IntegrityError
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, **roles("user", "admin", errors=(400, 409)))
+_REPLAYED = {
+    201: {
+        "description": "The job (a new one, or with `Idempotency-Key` the first request's)",
+        "headers": {
+            "Idempotent-Replayed": {
+                "description": "`true` when the job is the one an earlier request with the "
+                "same `Idempotency-Key` created",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    **roles("user", "admin", errors=(400, 409), answers=_REPLAYED),
+)
 def create_job(
     body: JobCreate,
     service: ServiceDep,

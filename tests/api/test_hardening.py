@@ -367,6 +367,8 @@ def test_rules_beyond_types_are_in_the_schema() -> None:
         p for p in SCHEMA["paths"]["/v1/jobs"]["post"]["parameters"] if p["in"] == "header"
     ]
     assert header["name"] == "Idempotency-Key"
+    created = SCHEMA["paths"]["/v1/jobs"]["post"]["responses"]["201"]
+    assert "Idempotent-Replayed" in created["headers"]
 
 
 # --- shutdown ------------------------------------------------------------------------
