@@ -730,6 +730,16 @@ def _visible_cuda_devices() -> int:
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
+def _recorded_message(data: dict[str, Any]) -> str | None:
+    """The exception's message in a worker's error file (torch's ``@record``), which torch
+    hands over as ``{"message": str, "extraInfo": ...}`` or nested once more in ``message``
+    (None when there is none)."""
+    message: Any = data
+    while isinstance(message, dict):
+        message = message.get("message")
+    return message if isinstance(message, str) and message else None
+
+
 def _run_generation(config: dict[str, Any]) -> int:
     """Run one generation with torch's launcher API; the exit code of the launcher."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -789,7 +799,7 @@ def _run_generation(config: dict[str, Any]) -> int:
         if failure.signal_name() != "<N/A>":
             reason = f"rank {rank} was killed by {failure.signal_name()}"
         if isinstance(failure.message, dict):  # from the error file of @record
-            message = failure.message.get("message", {}).get("message")
+            message = _recorded_message(failure.message)
             reason += f": {message}" if message else ""
         return finish(EXIT_WORKERS_FAILED, rank=rank, error=reason)
     except OSError as error:
