@@ -78,12 +78,12 @@ class PostgresLeadership:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._step_down()
+        await self._step_down("stopping")
 
-    async def _step_down(self) -> None:
+    async def _step_down(self, why: str) -> None:
         if self.leader:
             self.leader = False
-            log.warning("leadership lost")
+            log.warning("no longer leader (%s)", why)
             await self._on_deposed()
 
     async def _contend_forever(self, tried: asyncio.Event) -> None:
@@ -109,5 +109,5 @@ class PostgresLeadership:
             except (psycopg.Error, OSError) as error:
                 log.warning("leadership connection failed (%s); retrying", error)
                 tried.set()
-                await self._step_down()
+                await self._step_down("lock connection failed")
                 await asyncio.sleep(RETRY_S)
