@@ -36,7 +36,8 @@ on a loaded 2-core machine, scikit-learn another 7 s there), most of a rescale's
 agent keeps one launcher process started with torch imported and a multiprocessing fork
 server holding torch, the models, the worker and :data:`PRELOAD_MODULES`, blocked on its stdin;
 a start or rescale writes the generation's config to it (one JSON line), and the agent
-starts the next spare once the new workers joined. A fork server, not plain ``fork``: it is a
+starts the next spare once the new workers trained their first step (or 5 s after they
+joined), so its imports do not slow their start. A fork server, not plain ``fork``: it is a
 fresh single-threaded process that never touches CUDA, so its children may.
 
 Exactly one node hosts the rendezvous' TCP store: torch's c10d backend guesses the host by
