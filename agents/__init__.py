@@ -12,5 +12,5 @@
   with every rank at the same step, so a rescale neither loses nor repeats one.
 - ``agents.local_cluster``: a service and a few agents on one machine (end-to-end test,
   rescale benchmark).
-- ``agents.slurm*``: the Slurm prolog/epilog and placeholder jobs that start the agents.
+- ``agents.slurm``: the Slurm prolog/epilog and placeholder jobs that start the agents.
 """

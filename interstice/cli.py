@@ -9,7 +9,7 @@ import typer
 
 from interstice import client_cli, solve_cli
 from interstice.agents import cli as agents_cli
-from interstice.agents import slurm_cli
+from interstice.agents.slurm import cli as slurm_cli
 from interstice.api import cli as api_cli
 from interstice.demo import cli as demo_cli
 from interstice.models import cli as models_cli

@@ -79,7 +79,7 @@ JOB_ENV_VARS: tuple[str, ...] = (
 ENV_AGENT_TOKEN = "INTERSTICE_AGENT_TOKEN"
 
 # The Slurm placeholder job of the agent, in the agent's and its workers' environment: the
-# Epilog kills the processes that carry it (agents/slurm_hooks.py).
+# Epilog kills the processes that carry it (agents/slurm/hooks.py).
 ENV_SLURM_JOB_MARKER = "INTERSTICE_SLURM_JOB_ID"
 
 # -- command placeholders ---------------------------------------------------------------

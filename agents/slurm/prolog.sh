@@ -8,7 +8,7 @@
 # job: the agent token stays out of user jobs. How preemption reaches it: see epilog.sh.
 #
 # Configuration: /etc/interstice/agent.conf (mode 0640, root:<SlurmUser>), or the file named
-# by INTERSTICE_AGENT_CONF. Keys: see `interstice slurm prolog --help` and slurm_config.py.
+# by INTERSTICE_AGENT_CONF. Keys: see `interstice slurm prolog --help` and agents/slurm/config.py.
 #
 # Always exits 0: a non-zero Prolog drains the node, and a fault of interstice must not take a
 # node away from the cluster. Faults go to syslog (tag interstice-prolog) and stderr.
@@ -16,7 +16,7 @@ set -u
 . "$(dirname "$(readlink -f "$0")")/hook.sh"
 
 # Fast path for every other job of the cluster: no Python start-up. This and epilog.sh's
-# SLURM_JOB_ID are the only Slurm variables read outside interstice.agents.slurm_env.
+# SLURM_JOB_ID are the only Slurm variables read outside interstice.agents.slurm.env.
 [ "${SLURM_JOB_PARTITION:-}" = "$(conf_value partition scavenger)" ] || exit 0
 
 run_hook prolog

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from interstice.agents.slurm_env import (
+from interstice.agents.slurm.env import (
     SLURM_ENV,
     NodeListError,
     SlurmEnvError,

@@ -5,7 +5,7 @@ name, and one-line errors."""
 from pathlib import Path
 
 import pytest
-from interstice.agents.slurm_fill import placeholders_missing
+from interstice.agents.slurm.fill import placeholders_missing
 from typer.testing import CliRunner
 
 from interstice.cli import app
@@ -110,7 +110,7 @@ def test_fill_loop_survives_a_failed_pass(
         if len(sleeps) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("interstice.agents.slurm_cli.sleep", sleep)
+    monkeypatch.setattr("interstice.agents.slurm.cli.sleep", sleep)
     result = runner.invoke(app, ["slurm", "fill", "--interval-s", "5"])
     assert sleeps == [5.0, 5.0]
     assert result.output.splitlines() == [

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from interstice.agents.slurm_config import AgentConfError, conf_path, load_agent_conf
-from interstice.agents.slurm_env import SlurmJobEnv
-from interstice.agents.slurm_hooks import agent_command, pid_file, start_agent, stop_agent
-from interstice.agents.slurm_scripts import slurm_dir
+from interstice.agents.slurm.config import AgentConfError, conf_path, load_agent_conf
+from interstice.agents.slurm.env import SlurmJobEnv
+from interstice.agents.slurm.hooks import agent_command, pid_file, start_agent, stop_agent
+from interstice.agents.slurm.scripts import slurm_dir
 
 INTERSTICE = f'{sys.executable} -c "from interstice.cli import app; app()"'
 """The real ``interstice`` command of the running Python, wherever pip put its script."""

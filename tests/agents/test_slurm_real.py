@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from interstice.agents.slurm_hooks import processes_with_env
-from interstice.agents.slurm_scripts import ScavengerPartition, render_conf_fragment, slurm_dir
+from interstice.agents.slurm.hooks import processes_with_env
+from interstice.agents.slurm.scripts import ScavengerPartition, render_conf_fragment, slurm_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from interstice.agents.slurm_scripts import (
+from interstice.agents.slurm.scripts import (
     PlaceholderJob,
     ScavengerPartition,
     render_conf_fragment,

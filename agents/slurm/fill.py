@@ -1,7 +1,7 @@
 """Keep one placeholder job per usable node of the scavenger partition queued or running.
 
 Each pass asks Slurm for the partition's usable nodes (``sinfo``, a node list expanded by
-:func:`~interstice.agents.slurm_env.parse_node_list`) and for the placeholder jobs pending or
+:func:`~interstice.agents.slurm.env.parse_node_list`) and for the placeholder jobs pending or
 running there (``squeue``, by job name), then submits the difference with ``sbatch``. So a
 node that turns idle finds a placeholder waiting, and one preempted (PreemptMode=CANCEL) is
 replaced at the next pass.
@@ -10,8 +10,8 @@ replaced at the next pass.
 import subprocess
 from dataclasses import dataclass
 
-from interstice.agents.slurm_env import parse_node_list
-from interstice.agents.slurm_scripts import PlaceholderJob, render_sbatch
+from interstice.agents.slurm.env import parse_node_list
+from interstice.agents.slurm.scripts import PlaceholderJob, render_sbatch
 
 SLURM_COMMAND_TIMEOUT_S = 30.0
 """Bound on one sinfo, squeue or sbatch call, in seconds."""

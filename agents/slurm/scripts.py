@@ -1,7 +1,7 @@
 """Render the files a site installs for interstice: the placeholder sbatch script and the
 slurm.conf fragment of the scavenger partition.
 
-The templates are package data in ``interstice/agents/slurm/`` (``placeholder.sbatch``,
+The templates are package data beside this module in ``agents/slurm/`` (``placeholder.sbatch``,
 ``slurm.conf.fragment``, ``${name}`` placeholders, :class:`string.Template`); so are the Prolog
 and Epilog scripts the fragment points at. tests/agents/golden/ holds rendered copies.
 """
@@ -17,7 +17,7 @@ PLACEHOLDER_JOB_NAME = "interstice-placeholder"
 
 def slurm_dir() -> Path:
     """The installed folder of the Slurm scripts and templates (``agents/slurm``)."""
-    return Path(str(files("interstice.agents") / "slurm"))
+    return Path(str(files("interstice.agents.slurm")))
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def conf(
     ] = None,
 ) -> None:
     """Print the slurm.conf fragment of the scavenger partition (append it to slurm.conf)."""
-    from interstice.agents.slurm_scripts import ScavengerPartition, render_conf_fragment, slurm_dir
+    from interstice.agents.slurm.scripts import ScavengerPartition, render_conf_fragment, slurm_dir
 
     folder = scripts_dir or slurm_dir()
     settings = ScavengerPartition(
@@ -67,7 +67,7 @@ def sbatch(
     output: OutputOption = "/dev/null",
 ) -> None:
     """Print the placeholder job's batch script (what `fill` submits)."""
-    from interstice.agents.slurm_scripts import PlaceholderJob, render_sbatch
+    from interstice.agents.slurm.scripts import PlaceholderJob, render_sbatch
 
     try:
         typer.echo(render_sbatch(PlaceholderJob(partition, time_limit, output)), nl=False)
@@ -93,9 +93,9 @@ def fill(
     Runs until interrupted, a failed pass reported on stderr and retried; with --once, one
     pass, and a failure exits with code 2.
     """
-    from interstice.agents.slurm_env import NodeListError
-    from interstice.agents.slurm_fill import SlurmCommandError, fill_once
-    from interstice.agents.slurm_scripts import PlaceholderJob
+    from interstice.agents.slurm.env import NodeListError
+    from interstice.agents.slurm.fill import SlurmCommandError, fill_once
+    from interstice.agents.slurm.scripts import PlaceholderJob
 
     job = PlaceholderJob(partition, time_limit, output)
     while True:
@@ -126,9 +126,9 @@ def prolog() -> None:
     agent_token, partition, grace_s, interstice_bin, workdir, state_dir, agent_user,
     preemption_signal). Does nothing for jobs of other partitions.
     """
-    from interstice.agents.slurm_config import AgentConfError, conf_path, load_agent_conf
-    from interstice.agents.slurm_env import SlurmEnvError, read_job_env
-    from interstice.agents.slurm_hooks import start_agent
+    from interstice.agents.slurm.config import AgentConfError, conf_path, load_agent_conf
+    from interstice.agents.slurm.env import SlurmEnvError, read_job_env
+    from interstice.agents.slurm.hooks import start_agent
 
     try:
         job = read_job_env(os.environ)
@@ -148,9 +148,9 @@ def epilog() -> None:
     left: the agent and every process it started (they carry INTERSTICE_SLURM_JOB_ID). Does
     nothing for jobs without an agent.
     """
-    from interstice.agents.slurm_config import AgentConfError, conf_path, load_agent_conf
-    from interstice.agents.slurm_env import SlurmEnvError, read_env
-    from interstice.agents.slurm_hooks import agent_log, stop_agent
+    from interstice.agents.slurm.config import AgentConfError, conf_path, load_agent_conf
+    from interstice.agents.slurm.env import SlurmEnvError, read_env
+    from interstice.agents.slurm.hooks import agent_log, stop_agent
 
     try:
         job_id = read_env(os.environ, "job_id")

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from interstice.agents.slurm_config import AgentConf
-from interstice.agents.slurm_env import SlurmJobEnv
+from interstice.agents.slurm.config import AgentConf
+from interstice.agents.slurm.env import SlurmJobEnv
 
 from interstice import wire
 

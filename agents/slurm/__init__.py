@@ -1,0 +1,13 @@
+"""Slurm integration: what starts an agent on an idle node and ends it on preemption.
+
+- ``env``: every Slurm environment variable read, in one mapping; node-list parsing.
+- ``config``: the site's agent configuration (``/etc/interstice/agent.conf``).
+- ``scripts``: the placeholder sbatch script and the slurm.conf fragment of the scavenger
+  partition, rendered from the templates beside this package's modules.
+- ``hooks``: the Prolog (start the node's agent) and the Epilog (stop it within the grace).
+- ``fill``: keeps one placeholder job queued per usable scavenger node.
+- ``cli``: ``interstice slurm ...``.
+
+The shell scripts (``prolog.sh``, ``epilog.sh``, ``hook.sh``) and templates
+(``placeholder.sbatch``, ``slurm.conf.fragment``) are package data of this package.
+"""
