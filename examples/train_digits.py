@@ -38,13 +38,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
     parser.add_argument("--deterministic", action="store_true", help="for bitwise-stable runs")
+    parser.add_argument(
+        "--float64", action="store_true", help="train in float64 (trajectory comparisons)"
+    )
     return parser.parse_args()
 
 
 def digits() -> tuple[TensorDataset, TensorDataset]:
     """Train and held-out sets (80/20, fixed split): images [N, 1, 8, 8] in [0, 1], labels."""
     data = load_digits()
-    x = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16
+    x = torch.tensor(data.images, dtype=torch.get_default_dtype()).unsqueeze(1) / 16
     y = torch.tensor(data.target)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
     return TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)
@@ -61,6 +64,8 @@ def build_model() -> nn.Module:
 def main() -> None:
     args = parse_args()
     torch.use_deterministic_algorithms(args.deterministic)
+    if args.float64:
+        torch.set_default_dtype(torch.float64)
     ctx = elastic.init()
     train_set, test_set = digits()
     torch.manual_seed(args.seed)
