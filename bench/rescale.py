@@ -24,10 +24,16 @@ the bench waits (at most ``--settle-s``) until each node's spare launcher (torch
 ahead) is ready: on a loaded 2-core machine the imports take 5-20 s, and a rescale that has
 to wait for them measures the import, not the rescale.
 
+The service stack's rescales are the optimizer's decisions: it learns each job's rates from
+what the job reports, so a job that trained slower at 4 nodes than at 3 (four processes on a
+2-core machine) is not grown to 4 again. Such a step prints a line with ``not_planned`` (why)
+instead of ``first_step_s`` and ends the sequence; ``--stack launcher`` has no optimizer.
+
 BFTrainer (Horovod on Summit) reports 18 s up and 12 s down; the goal here is <= 5 s.
 
 Usage: python bench/rescale.py [--stack service|launcher] [--repeats 2] [--settle-s 20]
-       [--world-sizes 2,4,3] [--script examples/train_digits.py]     (JSON lines on stdout)
+       [--plan-timeout-s 60] [--world-sizes 2,4,3] [--script examples/train_digits.py]
+       (JSON lines on stdout)
 """
 
 import argparse
@@ -104,14 +110,18 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
             except httpx.HTTPStatusError:  # a busy SQLite may answer 500 now and then
                 return None
 
-        def measure(world_size: int) -> dict:
+        def measure(world_size: int) -> dict | None:
             # The service's plan reaching ``world_size`` (a batch of events may take two
-            # rescales): its last rescale is the command timed.
-            job = cluster.wait_for(
-                lambda: (j := read_job()) is not None and j["world_size"] == world_size and j,
-                60,
-                f"the service planning world size {world_size}",
-            )
+            # rescales): its last rescale is the command timed. None: the service did not
+            # plan it (see the module docstring).
+            try:
+                job = cluster.wait_for(
+                    lambda: (j := read_job()) is not None and j["world_size"] == world_size and j,
+                    args.plan_timeout_s,
+                    f"the service planning world size {world_size}",
+                )
+            except TimeoutError:
+                return None
             commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
             seconds = cluster.wait_for(
                 lambda: first_step_s(Path(job["job_dir"]), commanded, world_size, commanded),
@@ -124,22 +134,37 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 "first_step_s": seconds,
             }
 
+        def step(kind: str, state: str, nodes: list[str], world_size: int) -> bool:
+            settle(cluster.spares_ready, args.settle_s)
+            cluster.node_events(state, nodes, grace_s=10.0 if state == "busy" else 0.0)
+            result = measure(world_size)
+            if result is None:
+                planned = (read_job() or {}).get("world_size")
+                emit(kind, {
+                    "world_size": world_size,
+                    "not_planned": f"the service kept world size {planned} for "
+                    f"{args.plan_timeout_s:g} s (the job's own reported rates say it does not "
+                    "gain from it on this machine); the sequence ends here",
+                })  # fmt: skip
+                return False
+            emit(kind, result)
+            return True
+
         cluster.node_events("idle", NODES[:2])
         job_id = cluster.request("user", "POST", "/v1/jobs", json=job_spec(args.script))["job_id"]
-        emit("start", measure(2))
+        started = measure(2)
+        if started is None:
+            raise TimeoutError(f"the service did not start the job: {cluster.diagnostics()}")
+        emit("start", started)
+        sequence = [
+            ("up", "idle", NODES[2:], 4),
+            ("down", "busy", NODES[3:], 3),
+            ("up", "idle", NODES[3:], 4),
+            ("down", "busy", NODES[2:], 2),
+        ]
         for _ in range(args.repeats):
-            settle(cluster.spares_ready, args.settle_s)
-            cluster.node_events("idle", NODES[2:])
-            emit("up", measure(4))
-            settle(cluster.spares_ready, args.settle_s)
-            cluster.node_events("busy", NODES[3:], grace_s=10.0)
-            emit("down", measure(3))
-            settle(cluster.spares_ready, args.settle_s)
-            cluster.node_events("idle", NODES[3:])
-            emit("up", measure(4))
-            settle(cluster.spares_ready, args.settle_s)
-            cluster.node_events("busy", NODES[2:], grace_s=10.0)
-            emit("down", measure(2))
+            if not all(step(*rescale) for rescale in sequence):
+                break
     finally:
         cluster.close()
 
@@ -228,7 +253,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--stack", choices=["service", "launcher"], default="service")
     parser.add_argument("--repeats", type=int, default=1, help="times the sequence is run")
     parser.add_argument(
@@ -239,6 +264,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--script", type=Path, help="a user's script as the job's command (default: built-in)"
+    )
+    parser.add_argument(
+        "--plan-timeout-s",
+        type=float,
+        default=60.0,
+        help="service stack: longest wait for the service to plan a world size",
     )
     parser.add_argument("--keep", type=Path, help="keep logs here (default: a temporary folder)")
     args = parser.parse_args()
