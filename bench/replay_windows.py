@@ -1,0 +1,181 @@
+"""Benchmark: the MILP against the greedy (and the rigid baseline) on eight fixed 48-hour windows.
+
+Replays the real Summit node-state trace (``summit-node-state-2021-02.csv.gz``, found by
+interstice.data) with a jobs file (default: BFTrainer's 1,001 ImageNet jobs, the first
+arriving at each window's start) on eight windows spread over the two weeks, each 48 hours:
+
+- ``s1``..``s4``: 192 nodes drawn with seeds 1..4 (as ``interstice replay --nodes 192
+  --seed S``), from 2021-02-10T20:21:15 (the ImageNet jobs' first submission),
+  2021-02-14T00:00, 2021-02-18T00:00 and 2021-02-22T00:00;
+- ``a1``..``a4``: all 4,734 nodes, from 2021-02-12T00:00, 2021-02-16T00:00 (holds the
+  2021-02-17 05:08 peak of 4,654 idle nodes), 2021-02-20T00:00 and 2021-02-22T22:00 (ends at
+  2021-02-24T22:00, 19 min before the trace does).
+
+Each window runs every policy of ``--policies`` (default ``milp,greedy,rigid``) through the
+replay package (:func:`interstice.replay.simulator.replay`,
+:func:`interstice.replay.rigid.replay_rigid`, :func:`interstice.replay.report.build_report`),
+with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 60 s, no
+admission cap, early finish 0.9) but for the horizon and the admin weights given here.
+
+Prints one JSON line per (window, policy): harvest, goodput_samples, utilization, efficiency,
+jobs_finished, jct_mean_s, solve_p99_s (the policy's own time per solve, model building
+included) and solve_wall_p99_s (the simulator's wall time per solve: building the Problem
+and applying the answer too), replay_wall_s; then one line per window with the ratios of the
+first policy to each other (harvest, goodput; against rigid also the mean JCT over the jobs
+both finished); last, the load average (the machine may be shared).
+
+Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,greedy,rigid]
+    [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
+    [--priority-weight 1] [--jobs FILE.csv] [--horizon 60|auto] [--rigid-nodes K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from interstice.optimizer import ScalabilityTable, Weights, equal_share, greedy, solve
+from interstice.replay.horizon import AutoHorizon, FixedHorizon
+from interstice.replay.jobs import load_jobs
+from interstice.replay.report import build_report
+from interstice.replay.rigid import replay_rigid
+from interstice.replay.simulator import ReplayOptions, replay
+from interstice.replay.trace import load_trace
+
+from interstice import data
+
+HOURS = 48.0
+WINDOWS = {  # name: (start, nodes or None for all, seed of the node draw)
+    "s1": ("2021-02-10T20:21:15", 192, 1),
+    "s2": ("2021-02-14T00:00:00", 192, 2),
+    "s3": ("2021-02-18T00:00:00", 192, 3),
+    "s4": ("2021-02-22T00:00:00", 192, 4),
+    "a1": ("2021-02-12T00:00:00", None, None),
+    "a2": ("2021-02-16T00:00:00", None, None),
+    "a3": ("2021-02-20T00:00:00", None, None),
+    "a4": ("2021-02-22T22:00:00", None, None),
+}
+FIGURES = (
+    "harvest",
+    "goodput_samples",
+    "utilization",
+    "efficiency",
+    "jobs_finished",
+    "jct_mean_s",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", default=",".join(WINDOWS), help="comma-separated names")
+    parser.add_argument("--policies", default="milp,greedy,rigid", help="first one is the main")
+    parser.add_argument("--jobs", help="jobs CSV (a priority column is read if present)")
+    parser.add_argument("--churn", type=float, default=0.0)
+    parser.add_argument("--fairness", type=float, default=0.0)
+    parser.add_argument("--priority-weight", type=float, default=1.0)
+    parser.add_argument(
+        "--objective", choices=("throughput", "speedup", "node-seconds"), default=None
+    )
+    parser.add_argument("--backend", choices=("cpsat", "cbc"), default="cpsat")
+    parser.add_argument("--horizon", default="60", help="seconds, or auto")
+    parser.add_argument("--rigid-nodes", type=int, help="rigid jobs' count (default: max_nodes)")
+    args = parser.parse_args()
+    names = args.windows.split(",")
+    policies = args.policies.split(",")
+    unknown = [n for n in names if n not in WINDOWS] + [
+        p for p in policies if p not in ("milp", "greedy", "equal-share", "rigid")
+    ]
+    if unknown:
+        sys.exit(f"unknown window or policy: {', '.join(unknown)}")
+
+    folder = data.data_dir()
+    table = ScalabilityTable.from_csv((folder / data.SCALABILITY_FILE).read_text())
+    jobs_path = Path(args.jobs) if args.jobs else folder / data.IMAGENET_JOBS_FILE
+    jobs = load_jobs(jobs_path, table)
+    trace = load_trace(folder / data.TRACE_FILE)
+    normalisation = {}
+    if args.objective is not None:
+        normalisation = {
+            "speedup": args.objective == "speedup",
+            "node_seconds": args.objective == "node-seconds",
+        }
+    weights = Weights(
+        **normalisation,
+        fairness=args.fairness,
+        churn=args.churn,
+        priority=args.priority_weight,
+    )
+    options = ReplayOptions(weights=weights)
+    run = {
+        "milp": lambda problem: solve(problem, backend=args.backend),
+        "greedy": greedy,
+        "equal-share": equal_share,
+    }
+    common = {
+        "jobs": str(jobs_path),
+        "weights": weights.model_dump(),
+        "backend": args.backend,
+        "horizon": args.horizon,
+        "rigid_nodes": args.rigid_nodes,
+    }
+    print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
+    for name in names:
+        start, n_nodes, seed = WINDOWS[name]
+        start_s = float((np.datetime64(start, "s") - trace.start) / np.timedelta64(1, "s"))
+        node_ids = None
+        if n_nodes is not None:  # the draw of `interstice replay --nodes N --seed S`
+            all_nodes = len(trace.node_names)
+            node_ids = np.sort(np.random.default_rng(seed).choice(all_nodes, n_nodes, False))
+        window = trace.window(start_s, start_s + HOURS * 3600, node_ids)
+        if args.horizon == "auto":
+            horizon = AutoHorizon(trace, start_s)
+        else:
+            horizon = FixedHorizon(float(args.horizon))
+        results = []
+        for policy in policies:
+            started = time.perf_counter()
+            if policy == "rigid":
+                result = replay_rigid(window, jobs, table, rigid_nodes=args.rigid_nodes)
+            else:
+                result = replay(
+                    window,
+                    jobs,
+                    table,
+                    run[policy],
+                    horizon=horizon,
+                    options=options,
+                    name=policy,
+                )
+            results.append(result)
+            figures = build_report({}, [result])["policies"][policy]
+            line = {
+                "window": name,
+                "start": start,
+                "nodes": len(window.node_names),
+                "seed": seed,
+                "policy": policy,
+                **{key: figures[key] for key in FIGURES},
+                "solve_p99_s": figures["solve_time_s"]["p99"],
+                "solve_wall_p99_s": figures["solve_wall_s"]["p99"],
+                "solves": figures["solves"],
+                "replay_wall_s": round(time.perf_counter() - started, 1),
+            }
+            print(json.dumps(line), flush=True)
+        ratios = build_report({}, results)["ratios"]
+        line = {"window": name, "nodes": len(window.node_names)}
+        for pair, figures in ratios.items():
+            line[pair] = {"harvest": figures["harvest"], "goodput": figures["goodput_samples"]}
+            if pair.endswith("/rigid"):
+                line[pair]["jct_mean_same_jobs"] = figures["jct_mean_s_same_jobs"]
+                line[pair]["same_jobs_finished"] = figures["same_jobs_finished"]
+        print(json.dumps(line), flush=True)
+    print(json.dumps({"load_average_end": os.getloadavg()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
