@@ -28,5 +28,5 @@ RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
 USER interstice
 WORKDIR /var/lib/interstice
 EXPOSE 8000
-HEALTHCHECK CMD python -c "import httpx; httpx.get('http://127.0.0.1:8000/healthz').raise_for_status()"
+HEALTHCHECK --interval=5s --timeout=3s CMD python -c "import httpx; httpx.get('http://127.0.0.1:8000/healthz').raise_for_status()"
 CMD ["interstice", "serve", "--host", "0.0.0.0", "--port", "8000"]

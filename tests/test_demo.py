@@ -4,8 +4,10 @@ leave no process behind."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -132,4 +134,44 @@ def test_demo_rescales_honours_reclaims_and_stops_everything() -> None:
     assert summary["rescales"] >= 1, output
     assert summary["reclaims_within_grace"] >= 1, output
     assert summary["idle_node_s"] > 0 and summary["harvested_node_s"] > 0, output
+    assert processes_marked(marker) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ctrl_c_stops_everything_and_prints_the_summary() -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole foreground process group) once the jobs are
+    submitted: the run ends cleanly, exit code 0, the summary last, nothing left running."""
+    if not (data_dir() / TRACE_FILE).is_file():
+        pytest.skip(f"the Summit trace {data_dir() / TRACE_FILE} is absent")
+    marker = uuid.uuid4().hex
+    demo = subprocess.Popen(
+        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, MARKER: marker},
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    head = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # the start takes minutes on a loaded 2-core machine
+            head.append(line)
+            if line.startswith("Submitted"):
+                break
+        time.sleep(5)
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGINT)
+        stdout, stderr = demo.communicate(timeout=300)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    output = f"--- stdout\n{''.join(head)}{stdout[-6000:]}\n--- stderr\n{stderr[-3000:]}"
+    assert any(line.startswith("Submitted") for line in head), output
+    assert demo.returncode == 0, output
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["demo"] == "summary" and summary["error"] is None, output
+    assert summary["duration_s"] < 300, output
     assert processes_marked(marker) == []

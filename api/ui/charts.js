@@ -20,6 +20,24 @@ const tickWidth = (u, values) => 24 + 7 * Math.max(2, ...(values || []).map((v) 
 
 export const stepped = () => uPlot.paths.stepped({ align: 1 });
 
+// Tick labels of a time axis: the browser's clock time, with seconds only when the ticks
+// fall between whole minutes (uPlot's default adds a second row with the date, which
+// overlaps on narrow charts; the legend shows the full date under the cursor).
+const clockTicks = (u, splits, axis, space, incr) =>
+  splits.map((s) =>
+    new Date(s * 1000).toLocaleTimeString([], {
+      hour: "2-digit",
+      minute: "2-digit",
+      ...(incr % 60 ? { second: "2-digit" } : {}),
+    }),
+  );
+
+// A time axis spans at least this many seconds (ending at the newest point): a service that
+// started seconds ago would otherwise get ticks every few milliseconds.
+const MIN_TIME_SPAN_S = 60;
+const timeRange = (u, lo, hi) =>
+  lo === null || hi === null || hi - lo >= MIN_TIME_SPAN_S ? [lo, hi] : [hi - MIN_TIME_SPAN_S, hi];
+
 // Tick labels of a value axis: three significant digits, so small values (solve times of
 // a fraction of a millisecond) do not all read "0".
 const ticks = (u, splits) =>
@@ -49,9 +67,16 @@ export class Chart {
     }
     this.plot?.destroy();
     this.key = key;
-    const { title, yLabel, y2Label, height, x, xAxis, yAxis, scales } = this.base;
+    const { title, yLabel, y2Label, height, x, xAxis, yAxis } = this.base;
+    const scales = this.base.scales || {
+      x: { time: x === timeSeries },
+      y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] },
+    };
+    if (scales.x?.time && !scales.x.range) scales.x = { ...scales.x, range: timeRange };
     const axes = [
-      { label: x === timeSeries ? "time (your time zone)" : x.label, ...xAxis },
+      x === timeSeries
+        ? { label: "time (your time zone)", space: 90, values: clockTicks, ...xAxis }
+        : { label: x.label, ...xAxis },
       { label: yLabel, scale: "y", values: ticks, size: tickWidth, ...yAxis },
     ];
     if (y2Label) {
@@ -62,7 +87,7 @@ export class Chart {
         title,
         width: this.width(),
         height,
-        scales: scales || { x: { time: x === timeSeries }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
+        scales,
         axes,
         series: [x, ...series],
         legend: { live: true },

@@ -16,7 +16,6 @@ import os
 import platform
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,7 +30,7 @@ import psutil
 from rich.console import Console
 from rich.live import Live
 
-from interstice.agents.local_cluster import ROLES, LocalCluster, interstice_command
+from interstice.agents.local_cluster import ROLES, LocalCluster
 from interstice.client_cli import read_job_file
 from interstice.demo.plan import ReplayPlan, plan_replay
 from interstice.demo.scheduler import SchedulerStandIn
@@ -41,7 +40,14 @@ from interstice.ports import free_ports
 from interstice.replay.trace import load_trace
 
 HEARTBEAT_S = 2.0
-"""The service's heartbeat interval, seconds (an agent is lost after three)."""
+"""The service's heartbeat interval, seconds (an agent is lost after three), up to
+:data:`HEARTBEATS_PER_S` x 2 s simulated agents; longer with more of them."""
+HEARTBEATS_PER_S = 25.0
+"""Heartbeats per second the simulated agents send at most: with 200 of them at 2 s, a
+service on a loaded 2-core VM fell behind and most of them showed as lost."""
+MAX_HEARTBEAT_S = 10.0
+"""The longest heartbeat interval, seconds (the real agents' progress reaches the service
+at each heartbeat)."""
 AGENT_GRACE_S = 10.0
 """Each real agent's own grace after SIGTERM, seconds (the end of the demo)."""
 MIN_IDLE_S = 20.0
@@ -52,6 +58,11 @@ REFRESH_S = 1.0
 """Period of the live view, seconds."""
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 """The example job files (``<name>.toml``) of the checkout."""
+
+
+def heartbeat_s(virtual_nodes: int) -> float:
+    """The service's heartbeat interval for ``virtual_nodes`` simulated agents, seconds."""
+    return min(MAX_HEARTBEAT_S, max(HEARTBEAT_S, virtual_nodes / HEARTBEATS_PER_S))
 
 
 @dataclass(frozen=True)
@@ -137,23 +148,30 @@ def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {cpus}, {memory_gb:.0f} GiB"
 
 
-def start_cluster(cluster: LocalCluster, port: int) -> str:
-    """``cluster``'s tokens and service on ``port`` (0: a free one); its database URL."""
+def create_tokens(cluster: LocalCluster) -> str:
+    """Create ``cluster``'s database and a token per role in it, in this process (one
+    ``interstice token create`` per role took a few seconds each on a loaded 2-core VM);
+    the database URL."""
+    from interstice.api import db
+    from interstice.api.tokens import create_token
+
     cluster.root.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{cluster.root / 'interstice.db'}"
-    for role in ROLES:
-        created = subprocess.run(
-            [*interstice_command(), "token", "create", "--role", role, "--db", db_url],
-            capture_output=True,
-            text=True,
-            timeout=START_TIMEOUT_S,
-            check=True,
-        )
-        cluster.tokens[role] = created.stdout.strip().splitlines()[-1]
+    database = db.Database(db_url)
+    try:
+        db.upgrade(database.engine)
+        for role in ROLES:
+            cluster.tokens[role] = create_token(database, role, f"demo-{role}")
+    finally:
+        database.dispose()
+    return db_url
+
+
+def start_service(cluster: LocalCluster, db_url: str, port: int) -> None:
+    """``cluster``'s service on ``port`` (0: a free one), once it answers ``/healthz``."""
     port = port or free_ports(1)[0]
     cluster.url = f"http://127.0.0.1:{port}"
     cluster._start_service(db_url, port, START_TIMEOUT_S)
-    return db_url
 
 
 def submit_jobs(cluster: LocalCluster, names: tuple[str, ...]) -> dict[str, str]:
@@ -238,9 +256,10 @@ class Demo:
                 options.duration_s,
                 options.speedup,
                 MIN_IDLE_S,
-                tail_s=options.grace_s + 2 * HEARTBEAT_S,
+                tail_s=options.grace_s + 2 * HEARTBEAT_S,  # the same plan for any --virtual-nodes
                 seed=options.seed,
             )
+        self.check_stop()
         taken = set(self.plan.nodes)
         virtual_nodes = [str(n) for n in trace.node_names if n not in taken]
         virtual_nodes = virtual_nodes[: options.virtual_nodes]
@@ -250,10 +269,16 @@ class Demo:
             f"{', '.join(self.plan.nodes)} ({self.plan.usable_reclaims} usable reclaims)"
         )
         self.cluster = LocalCluster(
-            self.root, list(self.plan.nodes), heartbeat_s=HEARTBEAT_S, grace_s=AGENT_GRACE_S
+            self.root,
+            list(self.plan.nodes),
+            heartbeat_s=heartbeat_s(options.virtual_nodes),
+            grace_s=AGENT_GRACE_S,
         )
         with self.console.status("Starting the service..."):
-            self.db_url = start_cluster(self.cluster, options.port)
+            self.db_url = create_tokens(self.cluster)
+            self.check_stop()
+            start_service(self.cluster, self.db_url, options.port)
+            self.check_stop()
         self.console.print(
             f"Dashboard: [bold]{self.cluster.url}/ui[/bold]   admin token: "
             f"[bold]{self.cluster.tokens['admin']}[/bold]"
@@ -271,6 +296,11 @@ class Demo:
                     self.cluster.url, self.cluster.tokens["agent"], virtual_nodes
                 )
                 self.virtual.start(START_TIMEOUT_S)
+            self.check_stop()
+            self.console.print(
+                f"{len(virtual_nodes)} simulated agents registered; heartbeats every "
+                f"{heartbeat_s(options.virtual_nodes):g} s"
+            )
         self.job_names = submit_jobs(self.cluster, options.jobs)
         self.console.print(
             "Submitted " + ", ".join(f"{n} as {j}" for j, n in self.job_names.items())
@@ -283,6 +313,11 @@ class Demo:
             options.grace_s,
             virtual_nodes,
         )
+
+    def check_stop(self) -> None:
+        """Raise ``Interrupted`` when a signal came (between the steps of the start)."""
+        if self.stop.is_set():
+            raise Interrupted
 
     def agents_alive(self) -> bool:
         """Whether every real agent registered and is alive."""

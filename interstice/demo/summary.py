@@ -163,10 +163,15 @@ def final_summary(
 ) -> dict[str, Any]:
     """The run's summary, one JSON-able mapping (the demo's last output line)."""
     release_s = [o.release_s for o in outcomes if o.release_s is not None]
+    jobs = sorted(jobs, key=lambda job: int(job["job_id"].split("-")[1]))
+
+    def rounded(value: float | None, digits: int = 1) -> float | None:
+        return None if value is None else round(value, digits)
+
     return {
         "demo": "summary",
         "machine": machine,
-        "duration_s": duration_s,
+        "duration_s": round(duration_s, 1),
         "speedup": speedup,
         "grace_s": grace_s,
         "trace_window_start": trace_window,
@@ -189,10 +194,12 @@ def final_summary(
         "reclaims": len(outcomes),
         "reclaims_within_grace": sum(1 for o in outcomes if o.within_grace),
         "reclaims_stopping_workers": sum(1 for o in outcomes if o.ok),
-        "reclaim_release_s_max": max(release_s, default=None),
-        "idle_node_s": None if stats is None else stats["idle_node_hours"] * 3600,
-        "harvested_node_s": None if stats is None else stats["harvested_node_hours"] * 3600,
-        "utilization": None if stats is None else stats["utilization"],
+        "reclaim_release_s_max": rounded(max(release_s, default=None), 2),
+        "idle_node_s": None if stats is None else rounded(stats["idle_node_hours"] * 3600),
+        "harvested_node_s": (
+            None if stats is None else rounded(stats["harvested_node_hours"] * 3600)
+        ),
+        "utilization": None if stats is None else rounded(stats["utilization"], 3),
         "processes_left": processes_left,
         "error": error,
     }
@@ -207,10 +214,17 @@ def summary_table(summary: dict[str, Any]) -> Table:
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
+    def node_seconds(harvested: float | None, idle: float | None) -> str:
+        if harvested is None or idle is None:
+            return "-"
+        share = f" (jobs held {harvested / idle:.0%} of the idle node-time)" if idle else ""
+        return f"{harvested:.0f} / {idle:.0f}{share}"
+
+    trace_h = summary["duration_s"] * summary["speedup"] / 3600
     rows = [
         ("machine", summary["machine"]),
-        ("replayed", f"{summary['duration_s']:.0f} s of the Summit trace from "
-         f"{summary['trace_window_start']} at {summary['speedup']:g}x"),
+        ("replayed", f"{summary['duration_s']:.0f} s = {trace_h:.1f} h of the Summit trace "
+         f"from {summary['trace_window_start']} at {summary['speedup']:g}x"),
         ("nodes", f"{len(summary['nodes'])} real ({', '.join(summary['nodes'])}), "
          f"{summary['virtual_nodes']} simulated"),
         ("jobs finished", f"{summary['jobs_finished']} of {len(summary['jobs'])}"),
@@ -221,7 +235,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
          f"{seconds(summary['reclaim_release_s_max'])}; "
          f"{summary['reclaims_stopping_workers']} stopped workers)"),
         ("harvested / idle node-seconds",
-         f"{seconds(summary['harvested_node_s'])} / {seconds(summary['idle_node_s'])}"),
+         node_seconds(summary["harvested_node_s"], summary["idle_node_s"])),
         ("processes left", str(summary["processes_left"])),
     ]  # fmt: skip
     if summary["error"]:

@@ -9,6 +9,8 @@ whose generation spanned a simulated node could never complete its rendezvous.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 import threading
 
 import httpx
@@ -17,6 +19,8 @@ TIMEOUT_S = 30.0
 """Most seconds one request may take."""
 CONNECTIONS = 50
 """Most connections the simulated agents open together."""
+POLL_EVERY = 5
+"""Heartbeats between two fetches of an agent's commands."""
 
 
 class VirtualAgents:
@@ -107,11 +111,22 @@ class VirtualAgents:
         return response.json()
 
     async def _live(self, client: httpx.AsyncClient, agent: dict) -> None:
-        """Heartbeat every interval, then fetch (without waiting) and ack any command."""
+        """Heartbeat every interval; every :data:`POLL_EVERY` heartbeats, also fetch
+        (without waiting) and ack any command (their nodes stay busy: commands are rare).
+
+        The interval runs from one heartbeat's start to the next (not from the end of the
+        last command's ack), so a slow service on a loaded machine does not stretch it past
+        the three intervals after which the service marks an agent lost."""
         path = f"/v1/agents/{agent['agent_id']}"
-        while True:
-            await asyncio.sleep(agent["heartbeat_interval_s"])
+        loop = asyncio.get_running_loop()
+        interval_s = agent["heartbeat_interval_s"]
+        due = loop.time() - random.uniform(0, interval_s)  # spread the agents over the interval
+        for beat in itertools.count():
+            due = max(due + interval_s, loop.time())
+            await asyncio.sleep(due - loop.time())
             await self._call(client, "POST", f"{path}/heartbeat", json={})
+            if beat % POLL_EVERY:
+                continue
             response = await self._call(client, "GET", f"{path}/commands", params={"wait": 0})
             for command in response.json()["data"] if response is not None else []:
                 ack = f"{path}/commands/{command['command_id']}/ack"

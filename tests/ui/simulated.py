@@ -167,5 +167,6 @@ class SimulatedAgents:
                 "samples_done": samples[job],
                 "samples_per_s": 190.0,
                 "loss": 2.0 / (1 + samples[job] / 1000),
+                "job_state": "running",  # its workers alive, as the real agent says
             }
         self.served.ok("agent", "POST", f"/v1/agents/{agent}/heartbeat", json=beat)

@@ -256,6 +256,7 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
     )
     running = [t for t in _texts(driver, "tr[data-agent]") if jobs["theirs"] in t]
     assert running, "an agent reporting the admin's job"
+    assert "running" in running[0]  # its workers' state
     driver.save_screenshot(str(screenshots / "5-agents.png"))
 
 

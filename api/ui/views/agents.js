@@ -22,7 +22,22 @@ export function mount(section) {
 
 function summary(agents) {
   const by = (state) => agents.filter((a) => a.state === state).length;
-  return el("p", { class: "note", text: `${agents.length} agents: ${by("alive")} alive, ${by("lost")} lost, ${by("left")} left.` });
+  return el("p", {
+    class: "note",
+    text:
+      `${agents.length} agents: ${by("alive")} alive, ${by("lost")} lost, ${by("left")} left. ` +
+      "Job to loss: the newest report of the node's workers; workers not running: they are starting, " +
+      "or the generation that report comes from ended (rescaled, reclaimed, finished).",
+  });
+}
+
+// Whether the node's workers run now (the report's job_state), else that generation's end
+// (finished, failed) or "not running" (starting, or stopped by a rescale or reclaim).
+function workers(agent) {
+  const report = agent.report || {};
+  if (!report.job_id) return "—";
+  if (report.job_state === "running") return el("span", { class: "badge running", text: "running" });
+  return el("span", { class: "badge", text: report.job_state || "not running" });
 }
 
 function agentsTable(agents) {
@@ -35,6 +50,7 @@ function agentsTable(agents) {
       ["health", (a) => el("span", { class: `badge ${a.state}`, text: a.state })],
       ["last heartbeat", (a) => el("span", {}, ago(a.last_heartbeat_at), " · ", time(a.last_heartbeat_at))],
       ["job", (a) => report(a, "job_id") || "—"],
+      ["workers", workers],
       ["world size (nodes)", (a) => report(a, "world_size") ?? "—"],
       ["step", (a) => report(a, "step") ?? "—"],
       ["samples/s", (a) => num(report(a, "samples_per_s"), 1)],

@@ -130,6 +130,9 @@ function drawTimeline(lanes, counts, jobs) {
   );
 }
 
+// What the job trains: its model, else its program (a command's script, the entrypoint).
+const program = (j) => j.model || (j.command?.length ? j.command[0].split("/").pop() : j.entrypoint) || "—";
+
 function jobsTable(jobs, rates) {
   const eta = (job) => {
     const rate = rates[job.job_id];
@@ -149,8 +152,8 @@ function jobsTable(jobs, rates) {
     [
       ["job", (j) => j.job_id],
       ["state", (j) => el("span", { class: `badge ${j.state}`, text: j.state, title: j.error || "" })],
-      ["model", (j) => j.model || "—"],
-      ["nodes", (j) => `${j.world_size} (${j.min_nodes}–${j.max_nodes})`],
+      ["model or program", program],
+      ["nodes (min–max)", (j) => `${j.world_size} (${j.min_nodes}–${j.max_nodes})`],
       ["SPB depth", (j) => j.spb_depth],
       ["samples done", bar],
       ["rate (samples/s)", (j) => num(rates[j.job_id] ?? null, 1)],
@@ -170,7 +173,7 @@ function queueTable(queued) {
   return table(
     [
       ["job", (j) => j.job_id],
-      ["model", (j) => j.model || "—"],
+      ["model or program", program],
       ["nodes wanted", (j) => `${j.min_nodes}–${j.max_nodes}`],
       ["priority", (j) => num(j.priority)],
       ["submitted", (j) => time(j.submitted_at)],

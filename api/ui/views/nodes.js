@@ -53,9 +53,9 @@ function counts(nodes) {
   const n = (test) => nodes.filter(test).length;
   const items = [
     ["nodes", nodes.length],
-    ["idle", n((x) => x.state === "idle")],
-    ["allocatable", n((x) => x.allocatable)],
-    ["allocated", n((x) => x.holder)],
+    ["idle (lent by the scheduler)", n((x) => x.state === "idle")],
+    ["allocated (held by jobs)", n((x) => x.holder)],
+    ["free (idle, agent alive, no job)", n((x) => x.allocatable && !x.holder)],
     ["busy (scheduler's)", n((x) => x.state === "busy")],
     ["alive agents", n((x) => x.agent?.state === "alive")],
   ];

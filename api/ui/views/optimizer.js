@@ -8,6 +8,10 @@ import { Chart, chartBox } from "../charts.js";
 import { el, failure, fill, num, panel, table, time } from "../fmt.js";
 
 const SOLVES_SHOWN = 15;
+const SOLVES_NOTE =
+  "Backend greedy with status optimal: the greedy allocation solved the LP relaxation with whole numbers, " +
+  "so it is optimal and the MILP backend set below was not needed; greedy with status fallback: the " +
+  "backend found no answer in the time limit. Rescales: jobs whose node count or SPB depth the solve changed.";
 // The objective's fields: [name, input type, help]
 const FIELDS = [
   ["throughput", "number", "weight of the goodput term"],
@@ -30,7 +34,7 @@ export function mount(section) {
   const objectiveBox = chartBox("solve-objective");
   section.replaceChildren(solves, weights, audit);
   const charts = {
-    time: new Chart(timeBox, { title: "Solve time per solve", yLabel: "solve time (s)", height: 200 }),
+    time: new Chart(timeBox, { title: "Solve time per solve", yLabel: "solve time (ms)", height: 200 }),
     objective: new Chart(objectiveBox, {
       title: "Objective and rescales per solve",
       yLabel: "objective",
@@ -50,7 +54,12 @@ export function mount(section) {
       if (answer.status === "rejected") fill(solves, failure(answer.reason));
       else {
         if (!solves.contains(timeBox)) {
-          fill(solves, el("div", { class: "pair" }, timeBox, objectiveBox), el("div", { class: "solves-table" }));
+          fill(
+            solves,
+            el("div", { class: "pair" }, timeBox, objectiveBox),
+            el("div", { class: "solves-table" }),
+            el("p", { class: "note", text: SOLVES_NOTE }),
+          );
         }
         drawSolves(charts, answer.value.data);
         solves.querySelector(".solves-table").replaceChildren(solvesTable(answer.value.data.slice(0, SOLVES_SHOWN)));
@@ -78,8 +87,8 @@ function drawSolves(charts, solves) {
   const ordered = [...solves].reverse();
   const xs = ordered.map((s) => new Date(s.at).getTime() / 1000);
   charts.time.update(
-    [{ label: "solve time (s)", stroke: "#1f77b4", width: 2, points: { show: true, size: 6 } }],
-    [xs, ordered.map((s) => s.solve_time_s)],
+    [{ label: "solve time (ms)", stroke: "#1f77b4", width: 2, points: { show: true, size: 6 } }],
+    [xs, ordered.map((s) => 1000 * s.solve_time_s)],
   );
   charts.objective.update(
     [
@@ -104,7 +113,7 @@ function solvesTable(solves) {
       ["status", (s) => el("span", { class: `badge ${s.status}`, text: s.status })],
       ["backend", (s) => s.backend],
       ["objective", (s) => num(s.objective, 4)],
-      ["solve time (s)", (s) => num(s.solve_time_s, 3)],
+      ["solve time (ms)", (s) => num(1000 * s.solve_time_s, 2)],
       ["horizon (s)", (s) => num(s.horizon_s, 0)],
       ["rescales", (s) => s.rescales],
       ["allocation", (s) => s.jobs.map((j) => `${j.job_id}: ${j.node_count} n, SPB ${j.spb_depth}`).join("; ") || "—"],
@@ -146,7 +155,7 @@ function objectiveForm(afterSave) {
     } else {
       input = el("input", { name, type, step: type === "number" ? "any" : undefined });
     }
-    input.addEventListener("input", () => (dirty = true));
+    for (const kind of ["input", "change"]) input.addEventListener(kind, () => (dirty = true));
     inputs[name] = input;
     return el("label", { class: "field" }, el("span", { text: name }), input, el("small", { text: help }));
   });
