@@ -34,22 +34,13 @@ from pathlib import Path
 
 import numpy as np
 from interstice.optimizer import ScalabilityTable
+from interstice.replay.jobs import COLUMNS as JOB_COLUMNS
 
 from interstice import data
 
 HERE = Path(__file__).resolve().parent
 FIRST_SUBMIT = datetime(2021, 2, 10, 20, 21, 15)
-COLUMNS = (
-    "job_id",
-    "model",
-    "submit_time",
-    "min_nodes",
-    "max_nodes",
-    "total_samples",
-    "rescale_up_s",
-    "rescale_down_s",
-    "priority",
-)
+COLUMNS = (*JOB_COLUMNS, "priority")  # the replay's jobs file with its optional column
 PRIORITIES = (1, 2, 4)
 PRIORITY_SHARES = (0.7, 0.2, 0.1)
 
