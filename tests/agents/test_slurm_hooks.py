@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from interstice.agents.slurm.config import AgentConfError, conf_path, load_agent
 from interstice.agents.slurm.env import SlurmJobEnv
 from interstice.agents.slurm.hooks import agent_command, pid_file, start_agent, stop_agent
 from interstice.agents.slurm.scripts import slurm_dir
+from polling import wait_until
 
 INTERSTICE = f'{sys.executable} -c "from interstice.cli import app; app()"'
 """The real ``interstice`` command of the running Python, wherever pip put its script."""
@@ -58,13 +58,6 @@ def write_conf(tmp_path: Path, on_term: str = OBEYS, **values: str) -> Path:
     path.write_text("# interstice agent\n" + "".join(f"{k}={v}\n" for k, v in settings.items()))
     path.chmod(0o640)
     return path
-
-
-def wait_until(check, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:

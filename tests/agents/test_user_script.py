@@ -24,6 +24,7 @@ from interstice.agents import launcher
 from interstice.agents.agent import Agent
 from interstice.agents.launcher import clean_environment
 from interstice.agents.protocol import parse_command
+from polling import wait_until
 from test_agent_commands import FakeService, make_agent
 
 from interstice import files, wire
@@ -139,16 +140,6 @@ def user_command(
         "job": job,
         **changes,
     }
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def acked(agent: Agent, service: FakeService) -> list[dict]:

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from interstice.agents import launcher
-from test_user_script import AGENT_TOKEN, MakeAgent, acked, agents, user_command, wait_until
+from polling import wait_until
+from test_user_script import AGENT_TOKEN, MakeAgent, acked, agents, user_command
 
 from interstice import wire
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 from interstice.api.settings import Settings
+from polling import wait_until
 
 SCALABILITY_CSV = """model,nodes,samples_per_s,spb_depth,progress_per_sample
 tinycnn,1,100,0,1
@@ -141,13 +142,7 @@ class Api:
 
     def wait_for(self, predicate: Callable[[], Any], timeout_s: float = 10) -> Any:
         """Poll ``predicate`` until it is truthy; fail after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"condition not reached in {timeout_s} s")
+        return wait_until(predicate, timeout_s, interval_s=0.02)
 
 
 def start_job(api: Api, nodes: list[str], **fields: Any) -> tuple[dict[str, str], dict, dict]:

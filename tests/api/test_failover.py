@@ -27,6 +27,7 @@ from interstice.api.db import Database
 from interstice.api.notify import PAYLOAD_MAX_BYTES, Notifier, PostgresRelay
 from interstice.api.service import create_token
 from interstice.api.tables import NodeEvent
+from polling import wait_until
 from sqlalchemy import select
 from test_restart import Server
 
@@ -50,13 +51,7 @@ def _now() -> str:
 
 
 def _wait_for(condition: Any, what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
+    return wait_until(condition, timeout_s, what)
 
 
 def _is_leader(server: Server) -> bool | None:

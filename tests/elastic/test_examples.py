@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from elastic_records import (
     torchrun,
     worker_env,
 )
+from polling import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -35,15 +35,6 @@ STEPS_PER_RUN = 10  # at least this many steps before a run is stopped
 # resumes at step 110 end within 1.3e-15 of the dedicated run; one step skipped, repeated or
 # reordered moves weights by about lr * gradient, many orders above this bound.
 TOLERANCE = {"rtol": 0.0, "atol": 1e-10}
-
-
-def wait_until(condition, timeout_s: float, process: subprocess.Popen) -> None:
-    """Poll ``condition`` until true; fail if ``process`` ends first or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert process.poll() is None, f"run ended early: {result_of(process)}"
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_plain_torchrun_trains_both_examples(tmp_path):
@@ -75,7 +66,12 @@ def test_rescales_train_each_sample_once_and_follow_the_dedicated_trajectory(tmp
         run = torchrun(
             nproc, "train_digits.py", *job, env=worker_env(INTERSTICE_RUN_DIR=str(run_dir))
         )
-        wait_until(lambda: len(read_records(records)) >= trained + STEPS_PER_RUN * BATCH, 180, run)
+        wait_until(
+            lambda: len(read_records(records)) >= trained + STEPS_PER_RUN * BATCH,
+            180,
+            f"{STEPS_PER_RUN} steps recorded",
+            running=lambda: run.poll() is None,
+        )
         stop(run)
         result = result_of(run)
         assert result["state"] == "stopped", result

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 from simulated import Served, SimulatedAgents, serve, stop
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,11 +110,8 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _until(predicate, timeout_s: float = WAIT_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.2)
+def _until(predicate) -> None:  # type: ignore[no-untyped-def]
+    wait_until(predicate, WAIT_S, interval_s=0.2)
 
 
 def _wait(driver, condition, what: str):  # type: ignore[no-untyped-def]
