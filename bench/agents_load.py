@@ -13,7 +13,8 @@ through the debounced solve). It prints JSON lines:
   ``reclaim_p99_s`` (``stop`` after ``busy``) and ``allocation_p50_s`` /
   ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included).
 
-Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``. Client and
+Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
+``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
 server share the machine, so the latencies include the client's own event-loop lag.
 
 Usage: ``python bench/agents_load.py --agents 5000 --duration-s 60``; with
@@ -221,6 +222,8 @@ async def run(args: argparse.Namespace, url: str) -> None:
         for _ in range(args.agents)
     ]
     client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(90))
+    tasks: list[asyncio.Task] = []
+    agents: list[tuple[httpx.AsyncClient, str, str]] = []
     try:
         began = time.perf_counter()
         gate = asyncio.Semaphore(50)
@@ -255,7 +258,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
             ),
             flush=True,
         )
-        tasks = [asyncio.create_task(agent_loop(c, stats, a, n, stop)) for c, a, n in agents]
+        tasks += [asyncio.create_task(agent_loop(c, stats, a, n, stop)) for c, a, n in agents]
         tasks += [
             asyncio.create_task(heartbeat_loop(c, stats, a, args.heartbeat_s, stop))
             for c, a, _ in agents
@@ -301,11 +304,17 @@ async def run(args: argparse.Namespace, url: str) -> None:
         solver = solver_summary(metrics_text)
         if os.environ.get("BENCH_DUMP_METRICS"):
             Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
+    except asyncio.CancelledError:  # --max-run-s ran out: say how far the run got
+        timed_out = {"phase": "timed out", "agents": len(agents)}
+        timed_out |= {"nodes_running": len(stats.started_nodes), "requests": stats.requests}
+        print(json.dumps(timed_out | {"errors": stats.errors}), flush=True)
+        raise
+    finally:
+        # the agents' loops end before their clients close, or they fail on a closed client
         stop.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
         for own in [client, *clients]:
             await own.aclose()
     reclaim = quantiles(stats.reclaim_s)
@@ -387,6 +396,9 @@ def main() -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
         asyncio.run(asyncio.wait_for(run(args, url), timeout=args.max_run_s))
+    except TimeoutError:
+        print(json.dumps({"max_run_s": args.max_run_s, "finished": False}), flush=True)
+        sys.exit(1)
     finally:
         server.terminate()
         try:
