@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interstice.optimizer import ScalabilityTable, Weights, equal_share, greedy, solve
+from interstice.optimizer import ScalabilityTable, Weights
+from interstice.replay.choices import OBJECTIVES, POLICIES, allocators, normalisation, sample_nodes
 from interstice.replay.horizon import AutoHorizon, FixedHorizon
 from interstice.replay.jobs import load_jobs
 from interstice.replay.report import build_report
@@ -78,18 +79,14 @@ def main() -> None:
     parser.add_argument("--churn", type=float, default=0.0)
     parser.add_argument("--fairness", type=float, default=0.0)
     parser.add_argument("--priority-weight", type=float, default=1.0)
-    parser.add_argument(
-        "--objective", choices=("throughput", "speedup", "node-seconds"), default=None
-    )
+    parser.add_argument("--objective", choices=OBJECTIVES, default=None)
     parser.add_argument("--backend", choices=("cpsat", "cbc"), default="cpsat")
     parser.add_argument("--horizon", default="60", help="seconds, or auto")
     parser.add_argument("--rigid-nodes", type=int, help="rigid jobs' count (default: max_nodes)")
     args = parser.parse_args()
     names = args.windows.split(",")
     policies = args.policies.split(",")
-    unknown = [n for n in names if n not in WINDOWS] + [
-        p for p in policies if p not in ("milp", "greedy", "equal-share", "rigid")
-    ]
+    unknown = [n for n in names if n not in WINDOWS] + [p for p in policies if p not in POLICIES]
     if unknown:
         sys.exit(f"unknown window or policy: {', '.join(unknown)}")
 
@@ -98,24 +95,14 @@ def main() -> None:
     jobs_path = Path(args.jobs) if args.jobs else folder / data.IMAGENET_JOBS_FILE
     jobs = load_jobs(jobs_path, table)
     trace = load_trace(folder / data.TRACE_FILE)
-    normalisation = {}
-    if args.objective is not None:
-        normalisation = {
-            "speedup": args.objective == "speedup",
-            "node_seconds": args.objective == "node-seconds",
-        }
     weights = Weights(
-        **normalisation,
+        **normalisation(args.objective),
         fairness=args.fairness,
         churn=args.churn,
         priority=args.priority_weight,
     )
     options = ReplayOptions(weights=weights)
-    run = {
-        "milp": lambda problem: solve(problem, backend=args.backend),
-        "greedy": greedy,
-        "equal-share": equal_share,
-    }
+    run = allocators(args.backend)
     common = {
         "jobs": str(jobs_path),
         "weights": weights.model_dump(),
@@ -129,8 +116,7 @@ def main() -> None:
         start_s = float((np.datetime64(start, "s") - trace.start) / np.timedelta64(1, "s"))
         node_ids = None
         if n_nodes is not None:  # the draw of `interstice replay --nodes N --seed S`
-            all_nodes = len(trace.node_names)
-            node_ids = np.sort(np.random.default_rng(seed).choice(all_nodes, n_nodes, False))
+            node_ids = sample_nodes(len(trace.node_names), n_nodes, seed)
         window = trace.window(start_s, start_s + HOURS * 3600, node_ids)
         if args.horizon == "auto":
             horizon = AutoHorizon(trace, start_s)

@@ -8,9 +8,6 @@ from pathlib import Path
 
 import typer
 
-POLICIES = ("milp", "greedy", "equal-share", "rigid")
-OBJECTIVES = ("throughput", "speedup", "node-seconds")
-
 
 def replay(
     trace: Path | None = typer.Option(
@@ -106,8 +103,15 @@ def replay(
 ) -> None:
     """Replay elastic jobs on the node-state trace; write report.json and report.png."""
     import numpy as np
-    from interstice.optimizer import ScalabilityTable, Weights, equal_share, greedy, solve
+    from interstice.optimizer import ScalabilityTable, Weights
     from interstice.replay import report as report_module
+    from interstice.replay.choices import (
+        OBJECTIVES,
+        POLICIES,
+        allocators,
+        normalisation,
+        sample_nodes,
+    )
     from interstice.replay.horizon import AutoHorizon, FixedHorizon
     from interstice.replay.jobs import load_jobs
     from interstice.replay.rates import perturb
@@ -212,26 +216,16 @@ def replay(
     if nodes is not None:
         if not 1 <= nodes <= n_nodes:
             fail(f"--nodes must be within 1..{n_nodes} (the trace's nodes), got {nodes}")
-        node_ids = np.sort(np.random.default_rng(seed).choice(n_nodes, nodes, replace=False))
+        node_ids = sample_nodes(n_nodes, nodes, seed)
     if nodes_file is not None:
         node_ids = read_nodes_file(nodes_file, node_trace.node_names.tolist())
     window = node_trace.window(start_s, end_s, node_ids)
     horizon_fn = AutoHorizon(node_trace, start_s) if horizon_s is None else FixedHorizon(horizon_s)
 
-    policies = {
-        "milp": lambda problem: solve(problem, backend=backend),
-        "greedy": greedy,
-        "equal-share": equal_share,
-    }
+    policies = allocators(backend)
     order = [policy] + ([] if no_baselines else [p for p in POLICIES if p != policy])
-    normalisation = {}
-    if objective is not None:
-        normalisation = {
-            "speedup": objective == "speedup",
-            "node_seconds": objective == "node-seconds",
-        }
     weights = Weights(
-        **normalisation,
+        **normalisation(objective),
         fairness=fairness,
         churn=churn,
         priority=priority_weight,
