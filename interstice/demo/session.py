@@ -299,7 +299,7 @@ class Demo:
             self.check_stop()
             self.console.print(
                 f"{len(virtual_nodes)} simulated agents registered; heartbeats every "
-                f"{heartbeat_s(options.virtual_nodes):g} s"
+                f"{self.cluster.heartbeat_s:g} s"
             )
         self.job_names = submit_jobs(self.cluster, options.jobs)
         self.console.print(
