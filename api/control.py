@@ -44,7 +44,7 @@ from interstice.optimizer import (
     pool_remaining_idle_s,
 )
 from interstice.optimizer import Job as OptimizerJob
-from interstice.optimizer.admission import admit
+from interstice.optimizer.admission import admit, usable_nodes
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -97,7 +97,8 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     (:func:`interstice.optimizer.admission.admit`): every running job, then queued jobs in
     submission order while the admitted ones cannot already use every allocatable node (a
     job whose ``min_nodes`` exceed the pool counts 0 usable nodes), at most
-    ``max_active_jobs`` in all when set.
+    ``max_active_jobs`` in all when set; a job's usable nodes are
+    :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
     """
     with service.db.read() as session:
         table = service.scalability(session)
@@ -125,12 +126,22 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 candidates.append((job.state == "running", candidate))
         running = [c for is_running, c in candidates if is_running]
         queued = [c for is_running, c in candidates if not is_running]
-        # usable nodes: max_nodes (capped by the job's curve in optimizer_job), or 0 while
-        # min_nodes exceed the pool (an all-or-nothing job that cannot start must not hold
-        # the pool's place; the replay's rule too)
+        # usable nodes (optimizer/admission.py): the most the job runs on efficiently on
+        # its own curve or the table, or 0 while it cannot start (min_nodes above the pool,
+        # or a start that the horizon does not pay for): it must not hold the pool's place
+        horizon = horizon_s(session, objective, pool)
 
         def usable(job: OptimizerJob) -> int:
-            return job.max_nodes if job.min_nodes <= len(pool) else 0
+            return usable_nodes(
+                job.own_table or table,
+                job.model,
+                job.min_nodes,
+                job.max_nodes,
+                len(pool),
+                service.settings.admission_efficiency,
+                job.rescale_up_s,
+                horizon,
+            )
 
         k = admit(
             [usable(c) for c in queued],
@@ -156,7 +167,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 churn=objective.churn,
                 early_finish=objective.early_finish,
             ),
-            horizon_s=horizon_s(session, objective, pool),
+            horizon_s=horizon,
             time_limit_s=objective.time_limit_s,
         )
         return problem, objective.backend

@@ -8,6 +8,7 @@ field names below, e.g. ``db_url = "postgresql+psycopg://..."``), the defaults.
 from pathlib import Path
 from typing import Any
 
+from interstice.optimizer.admission import ADMISSION_EFFICIENCY
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -40,6 +41,9 @@ class Settings(BaseSettings):
         max_active_jobs: most jobs the optimizer considers at once (running ones included);
             None: no cap, capacity-based admission alone
             (:func:`interstice.optimizer.admission.admit`).
+        admission_efficiency: admission counts each job at the most nodes it runs on at
+            this parallel efficiency, in [0, 1]; 0 counts its ``max_nodes``
+            (:func:`interstice.optimizer.admission.usable_nodes`).
         db_wait_s: how long start-up waits for the database, seconds.
         bootstrap_admin_token: when set, this bearer token is stored as an ``admin`` token at
             start (for deployments that cannot run ``interstice token create`` first).
@@ -59,6 +63,7 @@ class Settings(BaseSettings):
     max_poll_wait_s: float = Field(default=60.0, ge=0)
     max_command_failures: int = Field(default=3, ge=1)
     max_active_jobs: int | None = Field(default=None, ge=1)
+    admission_efficiency: float = Field(default=ADMISSION_EFFICIENCY, ge=0, le=1)
     db_wait_s: float = Field(default=30.0, ge=0)
     bootstrap_admin_token: SecretStr | None = None
     log_level: str = "info"

@@ -27,6 +27,7 @@ both finished); last, the load average (the machine may be shared).
 Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,greedy,rigid]
     [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
     [--priority-weight 1] [--jobs FILE.csv] [--horizon 60|auto] [--rigid-nodes K]
+    [--admission-efficiency 0.9]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interstice.optimizer import ScalabilityTable, Weights
+from interstice.optimizer import ScalabilityTable, Weights, admission
 from interstice.replay.choices import OBJECTIVES, POLICIES, allocators, normalisation, sample_nodes
 from interstice.replay.horizon import AutoHorizon, FixedHorizon
 from interstice.replay.jobs import load_jobs
@@ -83,6 +84,12 @@ def main() -> None:
     parser.add_argument("--backend", choices=("cpsat", "cbc"), default="cpsat")
     parser.add_argument("--horizon", default="60", help="seconds, or auto")
     parser.add_argument("--rigid-nodes", type=int, help="rigid jobs' count (default: max_nodes)")
+    parser.add_argument(
+        "--admission-efficiency",
+        type=float,
+        default=admission.ADMISSION_EFFICIENCY,
+        help="parallel efficiency at which admission counts a job's nodes (0: max_nodes)",
+    )
     args = parser.parse_args()
     names = args.windows.split(",")
     policies = args.policies.split(",")
@@ -101,7 +108,7 @@ def main() -> None:
         churn=args.churn,
         priority=args.priority_weight,
     )
-    options = ReplayOptions(weights=weights)
+    options = ReplayOptions(weights=weights, admission_efficiency=args.admission_efficiency)
     run = allocators(args.backend)
     common = {
         "jobs": str(jobs_path),
@@ -109,6 +116,7 @@ def main() -> None:
         "backend": args.backend,
         "horizon": args.horizon,
         "rigid_nodes": args.rigid_nodes,
+        "admission_efficiency": args.admission_efficiency,
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
     for name in names:

@@ -3,20 +3,80 @@
 Rule: queued jobs are admitted in queue order while the admitted jobs (those already
 active, then each one admitted here) cannot between them use every idle node, i.e. while
 sum of their usable nodes < idle nodes; and, if ``max_active_jobs`` is set, while fewer than
-that many are admitted. A job's *usable nodes* is the most it can run on: its
-``max_nodes`` capped by the largest count of its throughput curve
-(:meth:`interstice.optimizer.Problem.max_count` before the pool's cap).
+that many are admitted. A job's *usable nodes* (:func:`usable_nodes`) is the most it runs on
+*efficiently*: the largest count at which its curve keeps a parallel efficiency of
+``min_efficiency`` (:meth:`interstice.optimizer.ScalabilityTable.efficient_nodes`), within
+its ``min_nodes``..``max_nodes`` and its curve's largest count; 0 while its ``min_nodes``
+exceed the idle nodes, or while its ``rescale_up_s`` is not below the forecast horizon (a
+start would earn it nothing within the horizon, so no policy starts it): a job that cannot
+start now must not hold the pool's place. The optimizer may still give an admitted job up to
+its ``max_nodes``.
 
 Why: a fixed count of active jobs either leaves idle nodes no admitted job can take (few
 jobs, each capped) or hands the solver jobs it cannot give a node (many); admitting until
 the admitted jobs could fill the pool gives the optimizer every node and as few jobs as
 that needs; the rest wait in order. The last job admitted is the one whose usable nodes
-take the sum to or over the idle count.
+take the sum to or over the idle count. Counting a job at its efficient size rather than its
+``max_nodes`` admits enough jobs that no node has to go to a job past the knee of its
+curve: on the eight 48-hour Summit windows of ``bench/replay_windows.py`` it raised
+harvest (README, "Admission by capacity").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+from interstice.optimizer.problem import ScalabilityTable
+
+ADMISSION_EFFICIENCY = 0.9
+"""Default ``min_efficiency`` of :func:`usable_nodes` (chosen by replay, README)."""
+
+
+def usable_nodes(
+    table: ScalabilityTable,
+    model: str,
+    min_nodes: int,
+    max_nodes: int,
+    idle_nodes: int,
+    min_efficiency: float = ADMISSION_EFFICIENCY,
+    rescale_up_s: float = 0.0,
+    horizon_s: float = math.inf,
+) -> int:
+    """A job's usable nodes for :func:`admit` (module docstring), nodes.
+
+    Args:
+        table: the job's rates (its own curve or the scalability table).
+        model: its model, a model of ``table``.
+        min_nodes, max_nodes: its bounds, 1 <= min_nodes <= max_nodes.
+        idle_nodes: nodes available to elastic jobs now.
+        min_efficiency: least parallel efficiency, in [0, 1]; 0 counts every job at its
+            ``max_nodes`` (capped by its curve).
+        rescale_up_s: seconds a start costs the job, >= 0.
+        horizon_s: the forecast horizon of the next solve, seconds.
+
+    Raises:
+        KeyError: ``model`` is not in ``table``.
+        ValueError: ``min_efficiency`` outside [0, 1].
+
+    Examples:
+        >>> from interstice.optimizer import ScalabilityPoint
+        >>> rows = [(1, 100.0), (2, 190.0), (4, 300.0)]  # efficiency 1, 0.95, 0.75
+        >>> t = ScalabilityTable(points=tuple(
+        ...     ScalabilityPoint(model="m", nodes=n, samples_per_s=r) for n, r in rows))
+        >>> usable_nodes(t, "m", 1, 8, idle_nodes=10, min_efficiency=0.9)
+        2
+        >>> usable_nodes(t, "m", 3, 8, idle_nodes=10, min_efficiency=0.9)  # at least min
+        3
+        >>> usable_nodes(t, "m", 3, 8, idle_nodes=2)  # cannot start now
+        0
+        >>> usable_nodes(t, "m", 1, 8, idle_nodes=10, rescale_up_s=90, horizon_s=60)
+        0
+    """
+    if min_nodes > idle_nodes or rescale_up_s >= horizon_s:
+        return 0
+    largest = min(max_nodes, table.max_nodes(model))
+    return max(min_nodes, min(largest, table.efficient_nodes(model, min_efficiency)))
 
 
 def admit(

@@ -187,6 +187,45 @@ class ScalabilityTable(BaseModel):
         self.depths(model)  # KeyError naming an unknown model
         return self._best_progress[model]
 
+    def efficient_nodes(self, model: str, min_efficiency: float) -> int:
+        """Largest node count at which ``model`` keeps a parallel efficiency of at least
+        ``min_efficiency``: the largest n in 1..its largest measured count with
+        ``max_d r(n, d) * progress_per_sample(d) / n >= min_efficiency *``
+        :meth:`best_progress_per_node_s` (depth 0 and the measured depths; counts between
+        measured ones interpolated), nodes. 1 when no count qualifies; its largest count when
+        ``min_efficiency`` is 0.
+
+        On the Summit table at 0.9: AlexNet 2, mnasnet1 2, shufflenet 8, mobilenet 8,
+        resnet18 16, DenseNet 64, vgg16 64 (``imagenet-scalability.csv``).
+
+        Raises:
+            KeyError: ``model`` is not in the table.
+            ValueError: ``min_efficiency`` outside [0, 1].
+        """
+        if not 0.0 <= min_efficiency <= 1.0:
+            raise ValueError(f"min_efficiency must be in [0, 1], got {min_efficiency}")
+        key = (model, min_efficiency)
+        if key not in self._efficient:
+            self._efficient[key] = self._efficient_nodes(model, min_efficiency)
+        return self._efficient[key]
+
+    @cached_property
+    def _efficient(self) -> dict[tuple[str, float], int]:
+        return {}
+
+    def _efficient_nodes(self, model: str, min_efficiency: float) -> int:
+        best = self.best_progress_per_node_s(model)
+        depths = [d for d in self.depths(model) if d == 0 or self.measured(model, d)]
+        counts = np.arange(1, max(self.max_nodes(model, d) for d in depths) + 1)
+        per_node = np.zeros(len(counts))
+        for depth in depths:
+            upto = counts[: self.max_nodes(model, depth)]
+            rates = self.samples_per_s_array(model, upto, depth)
+            progress = rates * self.progress_per_sample(model, depth) / upto
+            per_node[: len(upto)] = np.maximum(per_node[: len(upto)], progress)
+        keeps = np.flatnonzero(per_node >= min_efficiency * best * (1 - 1e-12))
+        return int(keeps[-1]) + 1 if len(keeps) else 1
+
     @cached_property
     def _best_progress(self) -> dict[str, float]:
         best: dict[str, float] = {}
@@ -337,10 +376,8 @@ class Weights(BaseModel):
     ``Weights(node_seconds=False)`` is plain throughput in samples.
 
     The default is node_seconds because it harvested more of the idle node time than raw
-    samples in every window replayed (``interstice replay --hours 48 --no-baselines``, MILP on
-    CP-SAT, 2021-02-10/14/18/22 on 192 sampled nodes, seeds 0-3: harvest 0.758 vs 0.748,
-    0.774 vs 0.770, 0.778 vs 0.763, 0.807 vs 0.791; 2021-02-16/24 on all 4,734 nodes: 0.798
-    vs 0.791, 0.800 vs 0.790), with more goodput in five of the six.
+    samples in the replayed 48-hour windows (README, "Objective default";
+    ``bench/replay_windows.py --objective throughput`` against the default).
 
     Attributes:
         throughput: weight of goodput (samples over the forecast horizon) and of the

@@ -46,14 +46,19 @@ def replay(
     horizon: str = typer.Option(
         "60",
         help="Forecast horizon in seconds, or auto (expected remaining idle time). Keep it "
-        "above the jobs' rescale_up_s (about 18 s), or no job ever grows; on a 24 h replay "
-        "60-300 s trained the most samples (2.12e10), 30 s, 600 s and auto 1-4 % fewer "
-        "(README).",
+        "well above the jobs' rescale_up_s: a job never grows (or starts) on a horizon its "
+        "rescale_up_s does not pay for (README, 'Replay').",
     ),
     max_active_jobs: int | None = typer.Option(
         None,
         help="Cap on jobs admitted at once (default: none; jobs are admitted first come first "
         "served while the admitted ones cannot use every idle node; BFTrainer capped at 10).",
+    ),
+    admission_efficiency: float | None = typer.Option(
+        None,
+        help="Admission counts each job at the most nodes it runs on at this parallel "
+        "efficiency, in [0, 1] (0: at its max_nodes) (default: the service's, 0.9; "
+        "optimizer/admission.py).",
     ),
     min_solve_interval: float = typer.Option(
         0.0, help="Least simulated seconds between two solves (0: solve at every event)."
@@ -103,7 +108,7 @@ def replay(
 ) -> None:
     """Replay elastic jobs on the node-state trace; write report.json and report.png."""
     import numpy as np
-    from interstice.optimizer import ScalabilityTable, Weights
+    from interstice.optimizer import ScalabilityTable, Weights, admission
     from interstice.replay import report as report_module
     from interstice.replay.choices import (
         OBJECTIVES,
@@ -133,6 +138,10 @@ def replay(
         fail(f"--hours must be > 0, got {hours}")
     if max_active_jobs is not None and max_active_jobs < 1:
         fail(f"--max-active-jobs must be >= 1, got {max_active_jobs}")
+    if admission_efficiency is None:
+        admission_efficiency = admission.ADMISSION_EFFICIENCY
+    if not 0 <= admission_efficiency <= 1:
+        fail(f"--admission-efficiency must be in [0, 1], got {admission_efficiency}")
     if objective is not None and objective not in OBJECTIVES:
         fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     for option, value in (
@@ -241,6 +250,7 @@ def replay(
         )
     options = ReplayOptions(
         max_active_jobs=max_active_jobs,
+        admission_efficiency=admission_efficiency,
         learn=learn,
         min_solve_interval_s=min_solve_interval,
         time_limit_s=time_limit,
@@ -312,6 +322,7 @@ def replay(
         "backend": backend,
         "horizon": horizon,
         "max_active_jobs": max_active_jobs,
+        "admission_efficiency": admission_efficiency,
         "min_solve_interval_s": min_solve_interval,
         "time_limit_s": time_limit,
         "weights": weights.model_dump(),

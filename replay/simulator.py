@@ -9,11 +9,14 @@ Simulated time starts at the window's start (t = 0 s) and jumps from event to ev
 - a *job arrival*: its submit offset from the jobs file's first job. Queued jobs are admitted
   first come first served by capacity (:func:`interstice.optimizer.admission.admit`, the
   service's rule): while the admitted jobs' usable nodes sum below the idle nodes, with
-  ``max_active_jobs`` as an optional cap. A job's usable nodes are its ``max_nodes``, or 0
-  while its ``min_nodes`` exceed the idle nodes (an all-or-nothing job that cannot start
-  now must not hold the pool's place: on the mixed workload counting it cut utilization to
-  0.45). An admitted job holding no node stays
-  admitted; admission is re-checked after every step (the idle pool grows too).
+  ``max_active_jobs`` as an optional cap. A job's usable nodes
+  (:func:`~interstice.optimizer.admission.usable_nodes`, on the believed table) are the most
+  it runs on at a parallel efficiency of ``admission_efficiency``, or 0 while its
+  ``min_nodes`` exceed the idle nodes or its ``rescale_up_s`` is not below the horizon (a
+  job that cannot start now must not hold the pool's place: on the mixed workload counting
+  such jobs cut utilization to 0.45 and 0.81). An
+  admitted job holding no node stays admitted; admission is re-checked after every step
+  (the idle pool grows too).
 - a *completion*: the exact time a job's progress reaches its ``total_samples``; it releases
   its nodes and leaves.
 - a *deferred solve*, when ``min_solve_interval_s`` > 0 (below).
@@ -100,6 +103,9 @@ class ReplayOptions:
     Attributes:
         max_active_jobs: most jobs admitted at once, >= 1, or ``None``: no cap beyond the
             capacity rule (BFTrainer's replay uses 10).
+        admission_efficiency: the parallel efficiency, in [0, 1], at which admission counts
+            a job's usable nodes (:func:`interstice.optimizer.admission.usable_nodes`); 0
+            counts its ``max_nodes``.
         learn: fit each job's curve from its observed rates (module docstring).
         min_solve_interval_s: least simulated seconds between two solves, >= 0.
         time_limit_s: the solver's wall-clock limit per solve, seconds.
@@ -108,6 +114,7 @@ class ReplayOptions:
     """
 
     max_active_jobs: int | None = None
+    admission_efficiency: float = admission.ADMISSION_EFFICIENCY
     learn: bool = False
     min_solve_interval_s: float = 0.0
     time_limit_s: float = 10.0
@@ -373,10 +380,20 @@ class Replay:
         if not self.queue:
             return
         idle = int(np.count_nonzero(self.idle))
+        horizon_s = self.horizon(now_s, self.idle_since_s)
 
         def usable(j: int) -> int:
             spec = jobs[j].spec
-            return spec.max_nodes if spec.min_nodes <= idle else 0
+            return admission.usable_nodes(
+                self.believed,
+                spec.model,
+                spec.min_nodes,
+                spec.max_nodes,
+                idle,
+                self.options.admission_efficiency,
+                spec.rescale_up_s,
+                horizon_s,
+            )
 
         count = admission.admit(
             [usable(j) for j in self.queue],

@@ -3,6 +3,7 @@ loop then tells the optimizer (its rates, rescale costs, and which jobs are admi
 
 from __future__ import annotations
 
+import pytest
 from api_helpers import SCALABILITY_CSV, beat, start_job
 from interstice.api.control import build_problem, optimizer_job
 from interstice.api.tables import Job, JobRate
@@ -134,3 +135,34 @@ def test_max_active_jobs_caps_admission(make_api) -> None:
         api.submit(min_nodes=1, max_nodes=1, model=None)
         problem, _ = build_problem(api.app.state.service)
         assert [j.job_id for j in problem.jobs] == ["j-1"]
+
+
+@pytest.mark.parametrize(("efficiency", "admitted"), [(0.95, ["j-1", "j-2"]), (0.0, ["j-1"])])
+def test_admission_counts_each_job_at_its_efficient_size(make_api, efficiency, admitted) -> None:
+    # tinycnn keeps 0.95 of its best per-node rate on 2 nodes (190/s) and falls to 0.92 on
+    # 3 (275/s interpolated): at admission_efficiency 0.95 a 4-node job counts 2 usable
+    # nodes, so on 4 idle nodes j-1 (0 < 4) and j-2 (2 < 4) are admitted and j-3 waits
+    # (4 >= 4); at 0 each counts its max_nodes 4 and j-1 alone fills the pool.
+    with make_api(admission_efficiency=efficiency) as api:
+        for node in ("n1", "n2", "n3", "n4"):
+            api.register(node)
+        api.node_events(*((f"e{i}", f"n{i}", "idle", 0) for i in (1, 2, 3, 4)))
+        for _ in range(3):
+            api.submit(min_nodes=1, max_nodes=4)
+        problem, _ = build_problem(api.app.state.service)
+        assert [j.job_id for j in problem.jobs] == admitted
+
+
+def test_a_job_whose_start_the_horizon_cannot_pay_does_not_hold_admission(api) -> None:
+    # With a 60 s horizon a job whose rescale_up_s is 120 s earns nothing from a start, so
+    # it counts 0 usable nodes and j-2 is admitted behind it; counted at its 2 nodes, j-1
+    # alone would fill the 2-node pool and j-2 would wait with both nodes idle.
+    r = api.call("PUT", "/v1/objective", "admin", json={"horizon_s": 60})
+    assert r.status_code == 200, r.text
+    for node in ("n1", "n2"):
+        api.register(node)
+    api.node_events(("e1", "n1", "idle", 0), ("e2", "n2", "idle", 0))
+    api.submit(min_nodes=1, max_nodes=2, rescale_up_s=120)
+    api.submit(min_nodes=1, max_nodes=2)
+    problem, _ = build_problem(api.app.state.service)
+    assert [j.job_id for j in problem.jobs] == ["j-1", "j-2"]

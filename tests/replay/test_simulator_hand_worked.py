@@ -5,6 +5,7 @@ interpolate to 300). The policy is a trivial local one: jobs in order take every
 they can (up to max_nodes, nothing below min_nodes), keeping the nodes they hold.
 """
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,21 @@ def test_admission_by_capacity_first_come_first_served(inputs):
     assert [j.admitted_s for j in result.jobs] == [0.0, None, None, None]
 
 
+def test_admission_counts_a_job_at_its_efficient_size(inputs):
+    # Model m is 100 samples/s per node up to 2 nodes, then 2 -> 4 nodes adds only 50/s:
+    # parallel efficiency 1, 1, 250/300 = 0.83, 0.75 at 1..4 nodes. At 0.9 a 4-node job
+    # counts 2 usable nodes: J0 (0 < 3 idle) and J1 (2 < 3) are admitted on arrival, J2
+    # waits (4 >= 3) until n4 comes at 60 s and still waits (4 >= 4). At 0 each counts its
+    # max_nodes 4, so J0 alone fills the pool and the others wait.
+    trace, _ = inputs
+    concave = ScalabilityTable.from_csv("model,nodes,samples_per_s\nm,1,100\nm,2,200\nm,4,250\n")
+    jobs = [spec(f"J{k}", 1e9, offset_s=k) for k in range(3)]
+    result = run((trace, concave), jobs, admission_efficiency=0.9)
+    assert [j.admitted_s for j in result.jobs] == [0.0, 1.0, None]
+    result = run((trace, concave), jobs, admission_efficiency=0.0)
+    assert [j.admitted_s for j in result.jobs] == [0.0, None, None]
+
+
 def test_an_all_or_nothing_job_that_cannot_start_does_not_block_admission(inputs):
     # G needs 4 nodes (min = max = 4) and arrives first; while 3 nodes are idle it can use
     # none (usable 0, not 4), so A (1 node) is admitted behind it at 1 s and starts at once.
@@ -82,6 +98,16 @@ def test_an_all_or_nothing_job_that_cannot_start_does_not_block_admission(inputs
     result = run(inputs, jobs)
     assert [j.admitted_s for j in result.jobs] == [0.0, 1.0]
     assert result.jobs[1].first_node_s == 1.0
+
+
+def test_a_job_whose_start_the_horizon_cannot_pay_does_not_block_admission(inputs):
+    # S's start costs 400 s, more than the 300 s horizon: it can earn nothing, counts 0
+    # usable nodes, and A is admitted behind it at 1 s. At 200 s, S counts its 4 nodes
+    # (>= 3 idle, then >= 4 from 60 s) and A waits to the end.
+    for rescale_up_s, admitted in ((400.0, [0.0, 1.0]), (200.0, [0.0, None])):
+        slow = replace(spec("S", 1e9), rescale_up_s=rescale_up_s)
+        result = run(inputs, [slow, spec("A", 1e9, offset_s=1)])
+        assert [j.admitted_s for j in result.jobs] == admitted
 
 
 def test_max_active_jobs_caps_admission(inputs):
