@@ -14,7 +14,7 @@ arriving at each window's start) on eight windows spread over the two weeks, eac
 Each window runs every policy of ``--policies`` (default ``milp,greedy,rigid``) through the
 replay package (:func:`interstice.replay.simulator.replay`,
 :func:`interstice.replay.rigid.replay_rigid`, :func:`interstice.replay.report.build_report`),
-with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 60 s, no
+with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 300 s, no
 admission cap, early finish 0.9) but for the horizon and the admin weights given here.
 
 Prints one JSON line per (window, policy): harvest, goodput_samples, utilization, efficiency,
@@ -26,7 +26,7 @@ both finished); last, the load average (the machine may be shared).
 
 Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,greedy,rigid]
     [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
-    [--priority-weight 1] [--jobs FILE.csv] [--horizon 60|auto] [--rigid-nodes K]
+    [--priority-weight 1] [--jobs FILE.csv] [--horizon 300|auto] [--rigid-nodes K]
     [--admission-efficiency 0.9]
 """
 
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--priority-weight", type=float, default=1.0)
     parser.add_argument("--objective", choices=OBJECTIVES, default=None)
     parser.add_argument("--backend", choices=("cpsat", "cbc"), default="cpsat")
-    parser.add_argument("--horizon", default="60", help="seconds, or auto")
+    parser.add_argument("--horizon", default="300", help="seconds, or auto")
     parser.add_argument("--rigid-nodes", type=int, help="rigid jobs' count (default: max_nodes)")
     parser.add_argument(
         "--admission-efficiency",

@@ -44,10 +44,11 @@ def replay(
         "CP-SAT's solves took 8 s in all, CBC's 14 s).",
     ),
     horizon: str = typer.Option(
-        "60",
+        "300",
         help="Forecast horizon in seconds, or auto (expected remaining idle time). Keep it "
         "well above the jobs' rescale_up_s: a job never grows (or starts) on a horizon its "
-        "rescale_up_s does not pay for (README, 'Replay').",
+        "rescale_up_s does not pay for. On four 48 h 192-node windows 300 s harvested "
+        "0.885-0.901 of the idle node time, 60 s 0.859-0.878 (README, 'Replay').",
     ),
     max_active_jobs: int | None = typer.Option(
         None,
