@@ -195,8 +195,8 @@ class ScalabilityTable(BaseModel):
         measured ones interpolated), nodes. 1 when no count qualifies; its largest count when
         ``min_efficiency`` is 0.
 
-        On the Summit table at 0.9: AlexNet 2, mnasnet1 2, shufflenet 8, mobilenet 8,
-        resnet18 16, DenseNet 64, vgg16 64 (``imagenet-scalability.csv``).
+        On the Summit table at 0.9: AlexNet 2, mnasnet1 2, shufflenet 2, mobilenet 8,
+        resnet18 19, DenseNet 64, vgg16 64 (``imagenet-scalability.csv``).
 
         Raises:
             KeyError: ``model`` is not in the table.
