@@ -2,11 +2,15 @@
 
 Threads, each a loop bounded by the agent's shutdown event:
 
-- commands: long-polls ``GET /agents/{id}/commands`` and queues each new command (delivery
-  is at least once: a command seen before is not run twice; a finished one is acked again);
+- commands: long-polls for commands and queues each new command (delivery is at least
+  once: a command seen before is not run twice; a finished one is acked again). With a
+  service of protocol version 3 or later each poll carries the heartbeat
+  (``POST /agents/{id}/poll``, waiting at most a heartbeat interval): one request per poll;
+  with an older one it is ``GET /agents/{id}/commands`` and the heartbeat thread posts;
 - executor: runs the queued commands one at a time (start, rescale, stop) and acks a start
   or rescale once this node's workers joined the new rendezvous (or failed to);
-- heartbeat: every ``heartbeat_interval_s`` posts what the workers last reported
+- heartbeat (protocol version 2 services): every ``heartbeat_interval_s`` posts what the
+  workers last reported
   (``interstice.elastic.report``'s progress files) and how torch elastic says their
   generation ended: ``job_state: finished`` when every worker exited 0 with no stop asked,
   ``failed`` (with the failing rank's last log lines) when one exited non-zero.
@@ -95,6 +99,8 @@ class Agent:
         self._signalled_at: float | None = None
         self.agent_id: str | None = None
         self.heartbeat_interval_s = config.heartbeat_s or 5.0
+        self.beat_in_poll = False
+        """Whether the service takes the heartbeat with the long-poll (protocol >= 3)."""
         self.generation: launcher.Generation | None = None
         self._pending_ack: launcher.Generation | None = None
         self._spare_due: float | None = None  # monotonic time of the next spare's start
@@ -167,6 +173,7 @@ class Agent:
             except ServiceUnavailable:
                 return  # shutting down
             self.agent_id = answer["agent_id"]
+            self.beat_in_poll = int(answer.get("protocol_version", 2)) >= 3
             if self.config.heartbeat_s is None:
                 self.heartbeat_interval_s = float(answer.get("heartbeat_interval_s", 5.0))
         log.info("registered node %s as agent %s", self.config.node, self.agent_id)
@@ -191,7 +198,13 @@ class Agent:
 
     def _poll_loop(self) -> None:
         while not self.shutdown.is_set():
-            commands = self._guarded(self.client.poll_commands, self.config.poll_wait_s)
+            if self.beat_in_poll:
+                wait_s = min(self.config.poll_wait_s, self.heartbeat_interval_s)
+                commands = self._guarded(
+                    self.client.poll_with_heartbeat, wait_s, self.heartbeat_body()
+                )
+            else:
+                commands = self._guarded(self.client.poll_commands, self.config.poll_wait_s)
             new = False
             for payload in commands or []:
                 command_id = payload.get("command_id")
@@ -208,7 +221,8 @@ class Agent:
 
     def _heartbeat_loop(self) -> None:
         while not self.shutdown.wait(self.heartbeat_interval_s):
-            self._guarded(self.client.heartbeat, self.heartbeat_body())
+            if not self.beat_in_poll:  # (a service of protocol version 2)
+                self._guarded(self.client.heartbeat, self.heartbeat_body())
 
     def _execute_loop(self) -> None:
         while not self.shutdown.is_set():

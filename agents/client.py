@@ -163,6 +163,21 @@ class ServiceClient:
         )
         return answer["data"]
 
+    def poll_with_heartbeat(
+        self, agent_id: str, wait_s: float, body: dict[str, Any], **retry: Any
+    ) -> list[dict[str, Any]]:
+        """``POST /agents/{id}/poll?wait=`` (protocol version 3): a heartbeat with ``body``
+        and a long-poll in one request; the pending commands, oldest first."""
+        answer = self.call(
+            "POST",
+            f"/agents/{agent_id}/poll",
+            json=body,
+            params={"wait": wait_s},
+            read_timeout_s=wait_s + 10.0,
+            **retry,
+        )
+        return answer["data"]
+
     def ack(
         self,
         agent_id: str,

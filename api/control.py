@@ -20,9 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from interstice.api import state
+from interstice.api import leases, state
 from interstice.api.leader import AlwaysLeader, PostgresLeadership
 from interstice.api.notify import PostgresRelay
+from interstice.api.objective import stored as stored_objective
+from interstice.api.scalability import stored as stored_table
 from interstice.api.schemas import ObjectivePublic
 from interstice.api.service import Service
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, parse_id
@@ -101,14 +103,14 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
     """
     with service.db.read() as session:
-        table = service.scalability(session)
+        table = stored_table(session)
         pool = state.allocatable_nodes(session)
         jobs = list(
             session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
         )
         if not jobs or not pool:
             return None
-        objective = service.objective(session)
+        objective = stored_objective(session)
         in_pool = set(pool)
         held = state.holdings(session)
         observations = _observations(session, [j.id for j in jobs])
@@ -429,6 +431,6 @@ class ControlLoop:
         while True:
             await asyncio.sleep(period_s)
             try:
-                await asyncio.to_thread(self.service.sweep)
+                await asyncio.to_thread(leases.sweep, self.service)
             except Exception:
                 log.exception("lease sweep failed")

@@ -105,13 +105,37 @@ def wait_until_reachable(engine: Engine, timeout_s: float) -> None:
             time.sleep(0.5)
 
 
+class FairLock:
+    """A lock granted in the order it was asked for (first come, first served), so a writer
+    that releases it and asks again (a batch applied chunk by chunk) cannot take it back
+    before a waiting one. Not reentrant. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition(threading.Lock())
+        self._issued = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turns:
+            ticket = self._issued
+            self._issued += 1
+            while ticket != self._serving:
+                self._turns.wait()
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._turns:
+            self._serving += 1
+            self._turns.notify_all()
+
+
 class Database:
-    """The engine, a session factory and the process-wide write lock."""
+    """The engine, a session factory and the process-wide write lock (first come, first
+    served: :class:`FairLock`)."""
 
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._write_lock = threading.Lock()
+        self._write_lock = FairLock()
         self._postgres = self.engine.dialect.name == "postgresql"
 
     @contextmanager

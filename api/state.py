@@ -23,12 +23,10 @@ from interstice.api.schemas import Heartbeat
 from interstice.api.tables import (
     Agent,
     Command,
-    IdleInterval,
     Job,
     JobMetric,
     JobRate,
     Node,
-    NodeEvent,
     Rescale,
     utcnow,
 )
@@ -252,89 +250,6 @@ def release_nodes(
             changes=changes,
         )
     return {name: job_id for job_id, names in taken.items() for name in names}
-
-
-def apply_node_events(
-    session: Session,
-    events: Iterable[tuple[str, str, str, datetime, float]],
-    changes: Changes,
-) -> list[NodeEvent]:
-    """Apply scheduler events ``(event_id, node, state, at, grace_s)`` in order; a repeated
-    ``event_id`` returns the stored event unchanged. A node's state is that of its event with
-    the latest ``at``: an event older than the newest one applied to its node is recorded
-    but changes nothing (events with equal ``at`` apply in arrival order).
-
-    ``busy`` on a held node is a reclaim: after the batch, the reclaimed nodes are released
-    (:func:`release_nodes`, deadline ``at + grace_s``), one new generation per job and
-    deadline, so several nodes of one job reclaimed together rescale it once. An idle
-    interval that ends is recorded for the ``auto`` forecast horizon.
-
-    Raises:
-        Conflict: an ``event_id`` was already used for a different event.
-    """
-    reclaims: dict[str, tuple[Node, datetime]] = {}
-    records = [_apply_node_event(session, *event, changes, reclaims) for event in events]
-    by_deadline: dict[datetime, list[Node]] = {}
-    for node, deadline in reclaims.values():
-        by_deadline.setdefault(deadline, []).append(node)
-    for deadline, nodes in sorted(by_deadline.items()):
-        release_nodes(session, nodes, reason="reclaim", deadline=deadline, changes=changes)
-    return records
-
-
-def _apply_node_event(
-    session: Session,
-    event_id: str,
-    node_name: str,
-    state: str,
-    at: datetime,
-    grace_s: float,
-    changes: Changes,
-    reclaims: dict[str, tuple[Node, datetime]],
-) -> NodeEvent:
-    """One event of :func:`apply_node_events`; a reclaimed node joins ``reclaims``."""
-    seen = session.get(NodeEvent, event_id)
-    if seen is not None:
-        if (seen.node, seen.state, seen.at, seen.grace_s) != (node_name, state, at, grace_s):
-            raise Conflict(f"event_id {event_id!r} was already used for a different event")
-        return seen
-    node = session.get(Node, node_name)
-    reclaimed = None
-    if node is None:
-        node = Node(name=node_name, state=state, since=at, event_at=at)
-        session.add(node)
-        changes.stale = changes.stale or state == "idle"
-    elif node.event_at is not None and at < node.event_at:
-        pass  # older than the newest event applied to the node: recorded, changes nothing
-    elif node.state != state:
-        node.event_at = at
-        if state == "busy":
-            session.add(
-                IdleInterval(
-                    node=node_name,
-                    started_at=node.since,
-                    length_s=max(0.0, (at - node.since).total_seconds()),
-                )
-            )
-            if node.holder_job_id is not None and node_name not in reclaims:
-                reclaimed = node.holder_job_id
-                reclaims[node_name] = (node, at + timedelta(seconds=grace_s))
-        node.state = state
-        node.since = at
-        changes.stale = True
-    else:
-        node.event_at = at
-    record = NodeEvent(
-        event_id=event_id,
-        node=node_name,
-        state=state,
-        at=at,
-        grace_s=grace_s,
-        reclaimed_job_id=reclaimed,
-    )
-    session.add(record)
-    session.flush()
-    return record
 
 
 def end_job(

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from interstice.api.db import Database
 from interstice.api.tables import AuditEntry, Token, utcnow
@@ -63,6 +64,20 @@ class Principal:
     token_id: int
     name: str
     role: str
+
+
+def audit_entry(
+    who: Principal | None, action: str, old: dict[str, Any] | None, new: dict[str, Any]
+) -> AuditEntry:
+    """The audit log's record of ``action`` by ``who`` (None: the command line), with the
+    value before (``old``, None when there was none) and after."""
+    return AuditEntry(
+        actor="command line" if who is None else who.name,
+        token_id=None if who is None else who.token_id,
+        action=action,
+        old=old,
+        new=new,
+    )
 
 
 @dataclass(frozen=True)
@@ -130,20 +145,13 @@ def create_token_record(
         session.add(row)
         session.flush()
         record = _record(row)
-        session.add(
-            AuditEntry(
-                actor="command line" if actor is None else actor.name,
-                token_id=None if actor is None else actor.token_id,
-                action="token.create",
-                old=None,
-                new={
-                    "token_id": public_id(row.id),
-                    "name": name,
-                    "role": role,
-                    "expires_at": None if expires is None else expires.isoformat(),
-                },
-            )
-        )
+        new = {
+            "token_id": public_id(row.id),
+            "name": name,
+            "role": role,
+            "expires_at": None if expires is None else expires.isoformat(),
+        }
+        session.add(audit_entry(actor, "token.create", None, new))
     return secret, record
 
 
@@ -171,15 +179,9 @@ def revoke_token(db: Database, token_id: str, actor: Principal | None = None) ->
             raise LookupError(f"token {token_id} not found")
         if row.revoked_at is None:
             row.revoked_at = utcnow()
-            session.add(
-                AuditEntry(
-                    actor="command line" if actor is None else actor.name,
-                    token_id=None if actor is None else actor.token_id,
-                    action="token.revoke",
-                    old={"token_id": token_id, "revoked_at": None},
-                    new={"token_id": token_id, "revoked_at": row.revoked_at.isoformat()},
-                )
-            )
+            old = {"token_id": token_id, "revoked_at": None}
+            new = {"token_id": token_id, "revoked_at": row.revoked_at.isoformat()}
+            session.add(audit_entry(actor, "token.revoke", old, new))
         return _record(row)
 
 
@@ -229,18 +231,11 @@ class TokenCache:
                 return
             self._refusals[who.token_id] = (now, 0)
         with self.db.write() as session:
-            session.add(
-                AuditEntry(
-                    actor=who.name,
-                    token_id=who.token_id,
-                    action="request.refused",
-                    old=None,
-                    new={
-                        "token_id": public_id(who.token_id),
-                        "reason": reason,
-                        "method": method,
-                        "path": path[:200],
-                        "refused_since_last_entry": count + 1,
-                    },
-                )
-            )
+            new = {
+                "token_id": public_id(who.token_id),
+                "reason": reason,
+                "method": method,
+                "path": path[:200],
+                "refused_since_last_entry": count + 1,
+            }
+            session.add(audit_entry(who, "request.refused", None, new))

@@ -1,17 +1,21 @@
 """Load benchmark of ``interstice serve``: N simulated node agents on the loopback interface.
 
-Starts ``interstice serve`` on a fresh SQLite file (a subprocess), registers N agents (async
-httpx clients), each heartbeating every ``--heartbeat-s`` and long-polling for commands, and
-submits jobs that fill the nodes. Then, for ``--duration-s``, a scheduler reclaims
-``--reclaims-per-s`` held nodes per second (``busy`` events, the direct path that never waits
-for the solver) and gives each back ``--idle-after-s`` later (``idle`` events, which go
-through the debounced solve). It prints JSON lines:
+Starts ``interstice serve`` on a fresh SQLite file (a subprocess, bench/served.py),
+registers N agents (async httpx clients), each long-polling for commands with its heartbeat in
+the poll (protocol version 3: a request per ``--heartbeat-s`` at most while idle;
+``--separate-heartbeats``: version 2, a heartbeat every ``--heartbeat-s`` apart from 30 s
+long-polls), and submits jobs that fill the nodes. Then, for ``--duration-s``, a scheduler
+reclaims ``--reclaims-per-s`` held nodes per second (``busy`` events, the direct path that
+never waits for the solver) and gives each back ``--idle-after-s`` later (``idle`` events,
+which go through the debounced solve). It prints JSON lines:
 
 - ``{"phase": "register" | "warmup", ...}`` as phases end;
 - one summary: ``agents``, ``requests``, ``requests_per_s``, ``errors``, and the command
   latency (event posted -> the node's agent receives its command) ``reclaim_p50_s`` /
   ``reclaim_p99_s`` (``stop`` after ``busy``) and ``allocation_p50_s`` /
-  ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included).
+  ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included), and
+  ``server_cpu_share``: the service process's CPU seconds over the phase's wall seconds
+  (1.0 = one core busy), with the machine's ``load1_at_end``.
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
@@ -29,26 +33,19 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
-import socket
 import ssl
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import numpy as np
-from interstice.api.db import Database, upgrade
-from interstice.api.service import create_token
+import psutil
+from served import served
 
 MAX_AGENTS = 20000
-TABLE = "model,nodes,samples_per_s\n" + "".join(
-    f"benchnet,{n},{100 * n**0.9:.1f}\n" for n in (1, 2, 4, 8, 16, 32)
-)
 
 
 @dataclass
@@ -86,13 +83,26 @@ async def request(
 
 
 async def agent_loop(
-    client: httpx.AsyncClient, stats: Stats, agent_id: str, node: str, stop: asyncio.Event
+    client: httpx.AsyncClient,
+    stats: Stats,
+    agent_id: str,
+    node: str,
+    stop: asyncio.Event,
+    beat_in_poll_s: float | None,
 ) -> None:
-    """Long-poll, record the latency of commands that answer a scheduler event, ack."""
+    """Long-poll, record the latency of commands that answer a scheduler event, ack. With
+    ``beat_in_poll_s`` each poll carries the heartbeat (protocol version 3) and waits at
+    most that long; else it waits 30 s and :func:`heartbeat_loop` beats apart (version 2)."""
     while not stop.is_set():
-        r = await request(
-            client, stats, "GET", f"/v1/agents/{agent_id}/commands", params={"wait": 30}
-        )
+        if beat_in_poll_s is None:
+            r = await request(
+                client, stats, "GET", f"/v1/agents/{agent_id}/commands", params={"wait": 30}
+            )
+        else:
+            params = {"wait": beat_in_poll_s}
+            r = await request(
+                client, stats, "POST", f"/v1/agents/{agent_id}/poll", json={}, params=params
+            )
         if r is None or not r.is_success:
             await asyncio.sleep(1)
             continue
@@ -258,11 +268,16 @@ async def run(args: argparse.Namespace, url: str) -> None:
             ),
             flush=True,
         )
-        tasks += [asyncio.create_task(agent_loop(c, stats, a, n, stop)) for c, a, n in agents]
+        beat_in_poll_s = None if args.separate_heartbeats else args.heartbeat_s
         tasks += [
-            asyncio.create_task(heartbeat_loop(c, stats, a, args.heartbeat_s, stop))
-            for c, a, _ in agents
+            asyncio.create_task(agent_loop(c, stats, a, n, stop, beat_in_poll_s))
+            for c, a, n in agents
         ]
+        if args.separate_heartbeats:
+            tasks += [
+                asyncio.create_task(heartbeat_loop(c, stats, a, args.heartbeat_s, stop))
+                for c, a, _ in agents
+            ]
         user = {"Authorization": f"Bearer {args.tokens['user']}"}
         for _ in range(max(1, args.agents // 20)):
             await request(
@@ -296,10 +311,13 @@ async def run(args: argparse.Namespace, url: str) -> None:
             flush=True,
         )
         requests_before, errors_before = stats.requests, stats.errors
+        server = psutil.Process(args.server_pid)
+        cpu_before = sum(server.cpu_times()[:2])
         began = time.perf_counter()
         await scheduler(client, stats, args, stop)
         await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
         elapsed = time.perf_counter() - began
+        server_cpu_share = (sum(server.cpu_times()[:2]) - cpu_before) / elapsed
         metrics_text = (await client.get("/metrics")).text
         solver = solver_summary(metrics_text)
         if os.environ.get("BENCH_DUMP_METRICS"):
@@ -336,17 +354,13 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 "allocation_p50_s": allocation[0],
                 "allocation_p99_s": allocation[1],
                 "unanswered_reclaims": len(stats.busy_at),
+                "server_cpu_share": round(server_cpu_share, 2),
+                "load1_at_end": os.getloadavg()[0],
             }
             | solver
         ),
         flush=True,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -358,6 +372,11 @@ def main() -> None:
     parser.add_argument("--idle-after-s", type=float, default=5)
     parser.add_argument("--warmup-s", type=float, default=120)
     parser.add_argument("--max-run-s", type=float, default=600)
+    parser.add_argument(
+        "--separate-heartbeats",
+        action="store_true",
+        help="agents of protocol version 2: a heartbeat request apart from each long-poll",
+    )
     args = parser.parse_args()
     if not 1 <= args.agents <= MAX_AGENTS:
         parser.error(f"--agents must be in 1..{MAX_AGENTS}")
@@ -366,46 +385,13 @@ def main() -> None:
     wanted = min(hard, max(soft, 4 * args.agents + 1000))
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))  # the server inherits it
 
-    folder = Path(tempfile.mkdtemp(prefix="interstice-bench-"))
-    db_url = f"sqlite:///{folder / 'bench.db'}"
-    (folder / "table.csv").write_text(TABLE)
-    database = Database(db_url)
-    upgrade(database.engine)
-    args.tokens = {r: create_token(database, r, r) for r in ("scheduler", "agent", "user")}
-    database.dispose()
-    port = free_port()
-    env = os.environ | {
-        "INTERSTICE_SCALABILITY_CSV": str(folder / "table.csv"),
-        "INTERSTICE_HEARTBEAT_INTERVAL_S": str(args.heartbeat_s),
-        "INTERSTICE_CHECKPOINT_ROOT": str(folder / "checkpoints"),
-        "INTERSTICE_LOG_LEVEL": "warning",
-    }
-    interstice = shutil.which("interstice", path=str(Path(sys.executable).parent)) or "interstice"
-    server = subprocess.Popen(
-        [interstice, "serve", "--db", db_url, "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(folder / "serve.log", "wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).is_success:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        asyncio.run(asyncio.wait_for(run(args, url), timeout=args.max_run_s))
+        with served(args.heartbeat_s) as service:
+            args.tokens, args.server_pid = service.tokens, service.pid
+            asyncio.run(asyncio.wait_for(run(args, service.url), timeout=args.max_run_s))
     except TimeoutError:
         print(json.dumps({"max_run_s": args.max_run_s, "finished": False}), flush=True)
         sys.exit(1)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        print(json.dumps({"server_log": str(folder / "serve.log")}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Node-agent routes (docs/agent-protocol.md): register, heartbeat, leave, commands."""
+"""Node-agent routes (docs/agent-protocol.md): register, heartbeat, leave, commands, and
+the heartbeat carried by the long-poll (protocol version 3)."""
 
+from functools import partial
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Response, status
+from interstice.api import agents
 from interstice.api.deps import AdminToken, AgentToken, ServiceDep, roles
 from interstice.api.schemas import (
     AgentCreate,
@@ -15,6 +18,8 @@ from interstice.api.schemas import (
     Heartbeat,
     HeartbeatAnswer,
 )
+from interstice.api.service import Service
+from interstice.api.state import parse_id
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -34,7 +39,7 @@ def register_agent(
     """Register the agent of a node: 201 the first time, 200 (same ``agent_id``) after.
     With ``report_idle`` the node becomes idle as on a scheduler ``idle`` event. Roles: agent.
     """
-    answer, created = service.register_agent(body)
+    answer, created = agents.register(service, body)
     if not created:
         response.status_code = status.HTTP_200_OK
     return answer
@@ -43,7 +48,7 @@ def register_agent(
 @router.get("", **roles("admin"))
 def list_agents(service: ServiceDep, _: AdminToken) -> AgentsPublic:
     """Every agent with its state and last report. Roles: admin."""
-    return service.list_agents()
+    return agents.list_agents(service)
 
 
 @router.post("/{agent_id}/heartbeat", **roles("agent", errors=(400, 404)))
@@ -55,9 +60,15 @@ async def heartbeat(
     advances the step joins its metrics series and its learned rates; ``job_state``
     ``finished``/``failed`` of its newest generation ends it (failed: with ``error``).
     404: unknown agent, register again. Roles: agent."""
-    if service.renew_lease(agent_id, body):  # the common case stays on the event loop
-        return HeartbeatAnswer(agent_id=agent_id, state="alive")
-    return await anyio.to_thread.run_sync(service.heartbeat, agent_id, body)
+    await _beat(service, agent_id, body)
+    return HeartbeatAnswer(agent_id=agent_id, state="alive")
+
+
+async def _beat(service: Service, agent_id: str, body: Heartbeat) -> int:
+    """Take a heartbeat; returns the agent's numeric id. Raises NotFound."""
+    if not agents.renew_lease(service, agent_id, body):  # the common case: on the event loop
+        await anyio.to_thread.run_sync(agents.heartbeat, service, agent_id, body)
+    return parse_id(agent_id, "a")  # type: ignore[return-value]  # known: beat taken
 
 
 @router.delete(
@@ -66,34 +77,53 @@ async def heartbeat(
 def leave(agent_id: str, service: ServiceDep, _: AgentToken) -> None:
     """The agent leaves: its node leaves the pool at once and its job is rescaled without
     it. Idempotent. Roles: agent."""
-    service.leave_agent(agent_id)
+    agents.leave(service, agent_id)
+
+
+WaitQuery = Annotated[float, Query(ge=0, le=60, description="seconds to wait for a command")]
 
 
 @router.get("/{agent_id}/commands", **roles("agent", errors=(404,)))
 async def poll_commands(
-    agent_id: str,
-    service: ServiceDep,
-    _: AgentToken,
-    wait: Annotated[float, Query(ge=0, le=60, description="seconds to wait for a command")] = 30,
+    agent_id: str, service: ServiceDep, _: AgentToken, wait: WaitQuery = 30
 ) -> CommandsPublic:
     """Long-poll: every pending command of the agent, oldest first, at once when there is
     one; else after at most ``wait`` seconds, none. A command is answered again until
     acknowledged. A poll of an alive agent renews its lease like a heartbeat. Roles: agent."""
-    number = service.alive_agent(agent_id)
+    number = agents.alive_agent(service, agent_id)
     if number is not None:
-        service.touch_lease(number)
+        service.leases.touch(number)
     else:
         number = await anyio.to_thread.run_sync(
-            service.known_agent, agent_id, limiter=service.poll_reads
+            agents.known_agent, service, agent_id, limiter=service.poll_reads
         )
+    return await _pending(service, number, wait)
+
+
+@router.post("/{agent_id}/poll", **roles("agent", errors=(400, 404)))
+async def poll_with_heartbeat(
+    agent_id: str, body: Heartbeat, service: ServiceDep, _: AgentToken, wait: WaitQuery = 30
+) -> CommandsPublic:
+    """A heartbeat and a long-poll in one request (protocol version 3): the body is taken
+    as ``POST .../heartbeat`` takes it, then the answer is that of ``GET .../commands``.
+    404: unknown agent, register again. Roles: agent."""
+    return await _pending(service, await _beat(service, agent_id, body), wait)
+
+
+async def _pending(service: Service, number: int, wait_s: float) -> CommandsPublic:
+    """The agent's pending commands: at once when there are some, else when one is written
+    or after ``wait_s`` (capped by ``max_poll_wait_s``). A wait that ends unwoken answers
+    none without reading again: every command written for the agent wakes it (a wake-up
+    lost between replicas is made up by the next poll's first read)."""
     woken = service.notifier.subscribe(number)
-    answer = await anyio.to_thread.run_sync(service.commands, number, limiter=service.poll_reads)
-    wait_s = min(wait, service.settings.max_poll_wait_s)
+    read = partial(anyio.to_thread.run_sync, agents.commands, service, number)
+    answer = await read(limiter=service.poll_reads)
+    wait_s = min(wait_s, service.settings.max_poll_wait_s)
     if answer.count or wait_s <= 0:
         return answer
     with anyio.move_on_after(wait_s):
         await woken.wait()
-    return await anyio.to_thread.run_sync(service.commands, number, limiter=service.poll_reads)
+    return await read(limiter=service.poll_reads) if woken.is_set() else answer
 
 
 @router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))
@@ -103,4 +133,4 @@ def ack_command(
     """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; with
     ``job_failed: true`` (a reason of the job itself) the job fails at once, otherwise a job
     whose commands failed ``max_command_failures`` times is ``failed``. Roles: agent."""
-    return service.ack(agent_id, command_id, body)
+    return agents.ack(service, agent_id, command_id, body)

@@ -2,6 +2,7 @@
 
 import anyio
 from fastapi import APIRouter, Request, Response, status
+from interstice.api import reports
 from interstice.api.deps import ServiceDep
 from interstice.api.schemas import ErrorDetail, Health
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,5 +41,5 @@ def metrics(service: ServiceDep) -> Response:
     """Prometheus text format: nodes idle/allocatable/allocated, jobs by state, pending
     commands, agents alive, solve time histogram, solver statuses, rescales, request latency.
     No token."""
-    service.refresh_gauges()
+    reports.refresh_gauges(service)
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

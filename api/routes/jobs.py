@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.exceptions import RequestValidationError
+from interstice.api import jobs
 from interstice.api.deps import ServiceDep, UserToken, roles
 from interstice.api.idempotency import KEY_PATTERN, KeyReused
 from interstice.api.schemas import (
@@ -66,12 +67,12 @@ def create_job(
     """
     try:
         try:
-            job, replayed = service.create_job(who, body, idempotency_key)
+            job, replayed = jobs.create_job(service, who, body, idempotency_key)
         except IntegrityError:
             if idempotency_key is None:
                 raise
             # another replica stored the key between this one's lookup and insert
-            job, replayed = service.create_job(who, body, idempotency_key)
+            job, replayed = jobs.create_job(service, who, body, idempotency_key)
     except KeyReused as exc:
         raise RequestValidationError(
             [{"loc": ("header", "Idempotency-Key"), "msg": str(exc), "type": "value_error"}]
@@ -91,7 +92,7 @@ def list_jobs(
 ) -> JobsPublic:
     """The caller's jobs (admin: all jobs), newest first; ``count`` is the total before
     ``limit``/``offset``. Roles: user, admin."""
-    return service.list_jobs(who, state, limit, offset)
+    return jobs.list_jobs(service, who, state, limit, offset)
 
 
 @router.get("/{job_id}", **roles("user", "admin", errors=(404,)))
@@ -99,14 +100,14 @@ def get_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
     """One job: state, nodes, world size, SPB depth, samples done, last loss, rescale history
     with measured costs, command errors and why it failed. 404 for an unknown job or
     another user's. Roles: user, admin."""
-    return service.get_job(who, job_id)
+    return jobs.get_job(service, who, job_id)
 
 
 @router.delete("/{job_id}", **roles("user", "admin", errors=(404, 409)))
 def cancel_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
     """Cancel a queued or running job: its agents get ``stop``, its nodes are re-allocated.
     409 when the job already ended. Roles: user, admin."""
-    return service.cancel_job(who, job_id)
+    return jobs.cancel_job(service, who, job_id)
 
 
 @router.get("/{job_id}/metrics", **roles("user", "admin", errors=(404,)))
@@ -119,7 +120,7 @@ def job_metrics(
     """The series the job's workers reported (``elastic.report``), one entry per report that
     advanced the step, oldest first: step, samples, loss, samples/s, world size and the
     script's own metrics. 404 for an unknown job or another user's. Roles: user, admin."""
-    return service.job_metrics(who, job_id, limit)
+    return jobs.job_metrics(service, who, job_id, limit)
 
 
 @router.get("/{job_id}/logs", **roles("user", "admin", errors=(404,)))
@@ -137,4 +138,4 @@ def job_logs(
     lines, or with ``offset`` the bytes from there (at most 1 MiB; ask again from
     ``next_offset`` to follow). 404 for an unknown job, another user's, or a rank with no
     log yet. Roles: user, admin."""
-    return service.job_log(who, job_id, rank, tail, offset)
+    return jobs.job_log(service, who, job_id, rank, tail, offset)

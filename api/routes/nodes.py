@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from interstice.api import nodes, reports
 from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
 from interstice.api.schemas import (
     NodeEventsCreate,
@@ -24,16 +25,18 @@ def post_node_events(
     ``busy`` on a node that a job holds is a reclaim: at once (without waiting for the
     solver) the node's agent gets ``stop`` with deadline ``at + grace_s`` and the job's other
     agents ``rescale`` (or ``stop`` below ``min_nodes``). A repeated ``event_id`` changes
-    nothing and answers the same; 409 when it is reused for a different event.
+    nothing and answers the same; 409 when it is reused for a different event (nothing of
+    the batch is applied). A batch is written 1,000 events per transaction: a reclaim
+    posted meanwhile is applied between two of them.
     """
-    return service.node_events(body)
+    return nodes.node_events(service, body)
 
 
 @router.get("", **roles("scheduler", "admin"))
 def get_nodes(service: ServiceDep, _: NodeReader) -> NodesPublic:
     """Every node: scheduler state, agent, holder and whether it is allocatable (idle with
     an alive agent). Roles: scheduler, admin."""
-    return service.list_nodes()
+    return nodes.list_nodes(service)
 
 
 @router.get("/history", **roles("scheduler", "admin"))
@@ -49,4 +52,4 @@ def get_node_history(
     node events and the jobs' rescale records, a point per change or at most 2,000 evenly
     spaced), alive agents (counted by this process at each lease sweep) and the reclaims.
     Roles: scheduler, admin."""
-    return service.node_history(since)
+    return reports.node_history(service, since)

@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from interstice.api import objective, reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
 from interstice.api.schemas import AuditsPublic, ObjectivePublic, ObjectiveUpdate
 
@@ -13,14 +14,14 @@ router = APIRouter(prefix="/v1", tags=["objective"])
 def get_objective(service: ServiceDep, _: AdminToken) -> ObjectivePublic:
     """The objective: the optimizer's weights, forecast horizon, backend and time limit.
     Roles: admin."""
-    return service.objective()
+    return objective.get(service)
 
 
 @router.put("/objective", **roles("admin", errors=(400,)))
 def put_objective(body: ObjectiveUpdate, service: ServiceDep, who: AdminToken) -> ObjectivePublic:
     """Change the objective (fields left out keep their value); recorded in the audit log
     and followed by a new solve. Roles: admin."""
-    return service.update_objective(who, body)
+    return objective.update(service, who, body)
 
 
 @router.get("/audit", **roles("admin"))
@@ -31,4 +32,4 @@ def get_audit(
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> AuditsPublic:
     """Admin changes (who, when, old and new value), newest first. Roles: admin."""
-    return service.audit(limit, offset)
+    return reports.audit(service, limit, offset)

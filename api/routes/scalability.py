@@ -3,6 +3,7 @@
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
+from interstice.api import scalability
 from interstice.api.deps import AdminToken, ServiceDep, UserToken, roles
 from interstice.api.schemas import ScalabilityPublic
 
@@ -28,7 +29,7 @@ _CSV_BODY = {
 @router.get("", **roles("user", "admin", errors=(404,)))
 def get_scalability(service: ServiceDep, _: UserToken) -> ScalabilityPublic:
     """The loaded table's models and row count; 404 when none is loaded. Roles: user, admin."""
-    return service.scalability_public()
+    return scalability.summary(service)
 
 
 @router.put("", **roles("admin", errors=(409,), openapi=_CSV_BODY))
@@ -40,7 +41,7 @@ async def put_scalability(
     line; 409 when an active job's model would be missing. Audited. Roles: admin."""
     try:
         text = (await request.body()).decode("utf-8")
-        return await anyio.to_thread.run_sync(service.update_scalability, who, text)
+        return await anyio.to_thread.run_sync(scalability.replace, service, who, text)
     except ValueError as exc:  # UnicodeDecodeError included
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RequestValidationError(

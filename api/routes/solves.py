@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from interstice.api import reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
 from interstice.api.schemas import SolvesPublic
 
@@ -18,4 +19,4 @@ def list_solves(
 ) -> SolvesPublic:
     """Each applied solve, newest first: when, status, backend, objective, solve time,
     horizon, the rescales it decided and every job's share. Roles: admin."""
-    return service.solves(limit, offset)
+    return reports.solves(service, limit, offset)

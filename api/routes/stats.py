@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from interstice.api import reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
 from interstice.api.schemas import StatsPublic, UTCTime
 
@@ -23,4 +24,4 @@ def stats(
     p50, p95, seconds) and mean wait for a first node, from ``since`` (or the service's first
     record) to now. The lifetime values are also Prometheus gauges on ``/metrics``.
     Roles: admin."""
-    return service.stats(since)
+    return reports.stats(service, since)

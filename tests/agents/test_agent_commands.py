@@ -7,6 +7,7 @@ model and an unreachable rendezvous end in an error ack, not in a crash.
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from interstice.agents.cli import _read_token
 from interstice.agents.client import ServiceClient
 from interstice.agents.launcher import Launcher
 from interstice.agents.protocol import BadCommand, parse_command
+from polling import wait_until
 
 from interstice.ports import free_ports
 
@@ -25,22 +27,52 @@ from interstice.ports import free_ports
 class FakeService:
     """Records every request; answers registrations, acks and heartbeats."""
 
-    def __init__(self) -> None:
+    def __init__(self, protocol_version: int | None = None) -> None:
         self.requests: list[tuple[str, str, dict]] = []
         self.forget_agent = False
+        self.registered = {"agent_id": "a-1", "heartbeat_interval_s": 1.0}
+        if protocol_version is not None:
+            self.registered["protocol_version"] = protocol_version
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else {}
         self.requests.append((request.method, request.url.path, body))
         if request.url.path == "/v1/agents":
-            return httpx.Response(201, json={"agent_id": "a-1", "heartbeat_interval_s": 1.0})
+            return httpx.Response(201, json=self.registered)
         if self.forget_agent:
             self.forget_agent = False
             return httpx.Response(404, json={"detail": "unknown agent a-1"})
+        if request.url.path.endswith(("/poll", "/commands")):
+            return httpx.Response(200, json={"data": [], "count": 0})
         return httpx.Response(200, json={})
 
     def acks(self) -> list[tuple[str, dict]]:
         return [(path, body) for method, path, body in self.requests if path.endswith("/ack")]
+
+
+@pytest.mark.parametrize(("version", "paths"), [(3, {"poll"}), (None, {"commands", "heartbeat"})])
+def test_the_heartbeat_rides_on_the_poll_when_the_service_speaks_version_3(
+    tmp_path: Path, version: int | None, paths: set[str]
+) -> None:
+    service = FakeService(protocol_version=version)
+    agent = make_agent(tmp_path, service)
+    threads = [threading.Thread(target=loop) for loop in (agent._poll_loop, agent._heartbeat_loop)]
+    for thread in threads:
+        thread.start()
+    began = time.monotonic()
+
+    def seen() -> set[str]:
+        return {path.rsplit("/", 1)[1] for _, path, _ in service.requests[1:]}
+
+    try:  # 1.5 heartbeat intervals (of 1 s), and every expected kind of request
+        wait_until(lambda: time.monotonic() - began > 1.5 and seen() >= paths, what=str(paths))
+    finally:
+        agent.shutdown.set()
+        for thread in threads:
+            thread.join()
+    assert seen() == paths
+    if version == 3:
+        assert all(body == agent.heartbeat_body() for _, _, body in service.requests[1:])
 
 
 def make_agent(

@@ -9,13 +9,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
 from interstice.api.settings import Settings
+from interstice.api.state import parse_id
+from interstice.api.tables import Agent
 from polling import wait_until
+from sqlalchemy import select
 
 SCALABILITY_CSV = """model,nodes,samples_per_s,spb_depth,progress_per_sample
 tinycnn,1,100,0,1
@@ -167,3 +171,15 @@ def beat(api: Api, agent: str, **fields: Any) -> httpx.Response:
     r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json=fields)
     assert r.status_code == 200, r.text
     return r
+
+
+def silence(service: Any, *agents: str) -> None:
+    """Make ``agents``' last sign of life older than the lease limit (3 x 10 s), in this
+    process's memory and in the database (where every replica writes its leases)."""
+    numbers = [parse_id(agent, "a") for agent in agents]
+    with service.leases._lock:
+        for number in numbers:
+            service.leases._leases[number] -= 1000
+    with service.db.write() as session:
+        for agent in session.scalars(select(Agent).where(Agent.id.in_(numbers))):
+            agent.last_heartbeat_at -= timedelta(seconds=1000)

@@ -4,11 +4,9 @@ job once, and a long-poll renews the agent's lease."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from interstice.api.state import parse_id
+from api_helpers import silence
+from interstice.api import leases
 from interstice.api.tables import Agent, Command
-from sqlalchemy import select
 
 
 def _start_job_on(api, nodes: list[str]):  # type: ignore[no-untyped-def]
@@ -62,8 +60,8 @@ def test_agents_lost_in_one_sweep_rescale_their_job_once(api) -> None:
     for node, agent in agents.items():
         api.ack_all(agent, starts[node])
     service = api.app.state.service
-    _silence(service, *(agents[n] for n in ("n2", "n3", "n4")))
-    service.sweep()
+    silence(service, *(agents[n] for n in ("n2", "n3", "n4")))
+    leases.sweep(service)
 
     rescales = api.job(job["job_id"])["rescales"]
     assert [(r["reason"], r["from_nodes"], r["to_nodes"]) for r in rescales[1:]] == [
@@ -95,30 +93,18 @@ def test_reclaims_in_one_batch_rescale_their_job_once(api) -> None:
     assert [(r["reason"], r["to_nodes"]) for r in rescales[1:]] == [("reclaim", ["n1", "n2"])]
 
 
-def _silence(service, *agents: str) -> None:  # type: ignore[no-untyped-def]
-    """Make ``agents``' last sign of life older than the lease limit (3 x 10 s), in this
-    process's memory and in the database (where every replica writes its leases)."""
-    numbers = [parse_id(agent, "a") for agent in agents]
-    with service._lease_lock:
-        for number in numbers:
-            service._leases[number] -= 1000
-    with service.db.write() as session:
-        for agent in session.scalars(select(Agent).where(Agent.id.in_(numbers))):
-            agent.last_heartbeat_at -= timedelta(seconds=1000)
-
-
 def test_a_long_poll_renews_the_lease(api) -> None:
     polling, silent = api.register("n1"), api.register("n2")
     beat = {"job_id": None, "world_size": 3, "step": None}
     api.call("POST", f"/v1/agents/{polling}/heartbeat", "agent", json=beat)
     service = api.app.state.service
-    _silence(service, polling, silent)
+    silence(service, polling, silent)
     assert api.poll(polling, wait=0) == []  # renews n1's lease; n2 stays silent
-    service.sweep()
+    leases.sweep(service)
     states = {a["node"]: a["state"] for a in api.call("GET", "/v1/agents", "admin").json()["data"]}
     assert states == {"n1": "alive", "n2": "lost"}
     api.poll(silent, wait=0)  # a lost agent's poll does not revive it
-    service.sweep()
+    leases.sweep(service)
     with service.db.read() as session:
         lost, alive = session.get(Agent, 2), session.get(Agent, 1)
         assert lost.state == "lost"
@@ -134,12 +120,12 @@ def test_a_heartbeat_revives_a_lost_agent_and_its_node(api) -> None:
     def n1() -> dict:
         return api.call("GET", "/v1/nodes", "admin").json()["data"][0]
 
-    _silence(service, agent)
-    service.sweep()
+    silence(service, agent)
+    leases.sweep(service)
     assert (n1()["agent"]["state"], n1()["allocatable"]) == ("lost", False)
     r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json={})
     assert r.json() == {"agent_id": agent, "state": "alive"}
-    service.sweep()  # writes the revival kept in memory
+    leases.sweep(service)  # writes the revival kept in memory
     assert (n1()["agent"]["state"], n1()["allocatable"]) == ("alive", True)
     job = api.submit(min_nodes=1, max_nodes=1)
     api.wait_for(lambda: api.job(job["job_id"])["nodes"] == ["n1"], timeout_s=10)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from interstice.api import leases
+from interstice.api.tables import Agent
 
 
 def _detail(response):  # type: ignore[no-untyped-def]
@@ -130,7 +132,13 @@ def test_registration_is_idempotent_per_node(api) -> None:
     assert (
         first.json()
         == again.json()
-        == {"agent_id": "a-1", "node": "n1", "state": "alive", "heartbeat_interval_s": 10.0}
+        == {
+            "agent_id": "a-1",
+            "node": "n1",
+            "state": "alive",
+            "heartbeat_interval_s": 10.0,
+            "protocol_version": 3,
+        }
     )
     listed = api.call("GET", "/v1/agents", "admin").json()["data"]
     assert [(a["host"], a["ports"]) for a in listed] == [("h2", [2])]
@@ -156,10 +164,8 @@ def test_heartbeats_are_kept_in_memory_and_flushed_by_the_sweep(api) -> None:
     assert r.json() == {"agent_id": agent, "state": "alive"}
     service = api.app.state.service
     with service.db.read() as session:
-        from interstice.api.tables import Agent
-
         assert session.get(Agent, 1).report is None  # not written yet
-    service.sweep()
+    leases.sweep(service)
     with service.db.read() as session:
         stored = session.get(Agent, 1)
         assert stored.report == beat | {"world_size": 3}  # what the agent sent

@@ -1,0 +1,64 @@
+"""The optimizer's objective (weights, horizon, backend), as admins read and change it.
+
+Functions take the running :class:`~interstice.api.service.Service` (or a session); they are
+synchronous (FastAPI runs them in its thread pool).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from interstice.api import schemas
+from interstice.api.state import Changes
+from interstice.api.tables import Config
+from interstice.api.tokens import Principal, audit_entry
+from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from interstice.api.service import Service
+
+DEFAULT_OBJECTIVE: dict[str, Any] = {
+    "throughput": 1.0,
+    "speedup": False,
+    "node_seconds": True,
+    "fairness": 0.0,
+    "priority": 1.0,
+    "churn": 0.0,
+    "early_finish": 0.9,
+    "horizon_s": "auto",
+    "backend": "cpsat",
+    "time_limit_s": 10.0,
+}
+
+
+def stored(session: Session) -> schemas.ObjectivePublic:
+    """The objective settings (defaults until an admin changes them; one stored before
+    ``node_seconds`` existed gets it, the default, unless it had ``speedup``)."""
+    row = session.get(Config, "objective")
+    kept = dict(row.value) if row else {}
+    if kept.get("speedup") and "node_seconds" not in kept:  # stored before it existed
+        kept["node_seconds"] = False
+    return schemas.ObjectivePublic(**(DEFAULT_OBJECTIVE | kept))
+
+
+def get(service: Service) -> schemas.ObjectivePublic:
+    """The objective settings (:func:`stored`)."""
+    with service.db.read() as session:
+        return stored(session)
+
+
+def update(
+    service: Service, who: Principal, body: schemas.ObjectiveUpdate
+) -> schemas.ObjectivePublic:
+    """Change the objective; audited with old and new value; marks the allocation stale."""
+    with service.db.write() as session:
+        old = stored(session).model_dump()
+        new = old | body.changes()
+        row = session.get(Config, "objective")
+        if row is None:
+            session.add(Config(key="objective", value=new))
+        else:
+            row.value = new
+        session.add(audit_entry(who, "objective.update", old, new))
+    service.after_commit(Changes(stale=True))
+    return schemas.ObjectivePublic(**new)

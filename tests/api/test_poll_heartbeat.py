@@ -1,0 +1,68 @@
+"""Agent protocol version 3: the heartbeat carried by the long-poll
+(``POST /v1/agents/{id}/poll``), and version 2 agents (heartbeat and poll apart) served as
+before."""
+
+from __future__ import annotations
+
+from api_helpers import Api, silence, start_job
+from interstice.api import leases
+from interstice.api.tables import Agent
+
+
+def _poll(api: Api, agent: str, body: dict, wait: float = 0) -> list[dict]:
+    r = api.call("POST", f"/v1/agents/{agent}/poll", "agent", json=body, params={"wait": wait})
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def _states(api: Api) -> dict[str, str]:
+    return {a["node"]: a["state"] for a in api.call("GET", "/v1/agents", "admin").json()["data"]}
+
+
+def test_registration_says_the_protocol_version(api: Api) -> None:
+    body = {"node": "n1", "host": "h1"}
+    assert api.call("POST", "/v1/agents", "agent", json=body).json()["protocol_version"] == 3
+
+
+def test_a_poll_with_a_heartbeat_renews_the_lease_and_keeps_the_report(api: Api) -> None:
+    polling, silent = api.register("n1"), api.register("n2")
+    service = api.app.state.service
+    silence(service, polling, silent)
+    report = {"job_id": None, "world_size": 3}
+    assert _poll(api, polling, report) == []
+    leases.sweep(service)
+    assert _states(api) == {"n1": "alive", "n2": "lost"}
+    with service.db.read() as session:
+        assert session.get(Agent, 1).report == report
+    assert _poll(api, silent, {}) == []  # a lost agent's heartbeat revives it
+    leases.sweep(service)
+    assert _states(api) == {"n1": "alive", "n2": "alive"}
+
+
+def test_a_poll_with_a_heartbeat_records_progress_and_answers_the_jobs_end(api: Api) -> None:
+    agents, job, _ = start_job(api, ["n1"])
+    generation = f"{job['job_id']}-g1"
+    beat = {"job_id": job["job_id"], "rendezvous_id": generation, "step": 5}
+    assert _poll(api, agents["n1"], beat | {"samples_done": 1000.0}) == []
+    assert api.job(job["job_id"])["samples_done"] == 1000
+    ended = _poll(api, agents["n1"], beat | {"step": 6, "job_state": "finished"}, wait=5)
+    assert [c["kind"] for c in ended] == ["stop"]
+    assert api.job(job["job_id"])["state"] == "finished"
+
+
+def test_a_poll_of_an_unknown_agent_is_a_404(api: Api) -> None:
+    r = api.call("POST", "/v1/agents/a-99/poll", "agent", json={}, params={"wait": 0})
+    assert r.status_code == 404
+
+
+def test_a_version_2_agent_heartbeats_and_polls_apart(api: Api) -> None:
+    agents, job, _ = start_job(api, ["n1"])
+    service = api.app.state.service
+    silence(service, agents["n1"])
+    beat = {"job_id": job["job_id"], "samples_done": 500.0}
+    r = api.call("POST", f"/v1/agents/{agents['n1']}/heartbeat", "agent", json=beat)
+    assert r.json() == {"agent_id": agents["n1"], "state": "alive"}
+    leases.sweep(service)
+    assert _states(api) == {"n1": "alive"}
+    assert api.job(job["job_id"])["samples_done"] == 500
+    assert api.poll(agents["n1"], wait=0) == []
