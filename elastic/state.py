@@ -122,8 +122,9 @@ class State:
         samples: samples the job has trained (across all runs).
         loss: the global mean loss per sample, when :meth:`step` gets loss sums: the
             previous step's while running, the last step's once :meth:`should_stop` is True.
-        stop_reason: why :meth:`should_stop` said yes: ``"budget"``, ``"stop file"``,
-            ``"signal"``, ``"peer"`` (another rank's file or signal), or None.
+        stop_reason: why :meth:`should_stop` said yes, the same on every rank: ``"budget"``,
+            ``"signal"`` (some rank got SIGTERM/SIGINT), ``"stop file"`` (some rank saw its
+            run dir's ``stop`` file, and none a signal), or None.
 
     Raises:
         ValueError: ``save_every_steps`` or ``save_every_s`` not positive.
@@ -190,7 +191,6 @@ class State:
         self._signals = StopSignals()
         self._decided_at_step: int | None = None
         self._pending: tuple[Any, Any, torch.Tensor, bool] | None = None
-        self._wish: str | None = None
         self._stop = False
         self._saved_at_step: int | None = None
         self._saved_at_s = time.monotonic()
@@ -228,22 +228,25 @@ class State:
         return None
 
     def _issue(self, loss_sum: float | torch.Tensor | None) -> None:
-        """Start this step's collective (async): stop wishes, rank 0's timed save, loss sums."""
+        """Start this step's collective (async): stop votes by reason, rank 0's timed save,
+        loss sums."""
         wish = self._wants_stop()
-        self._wish = self._wish or wish
         save_due = (
             self.save_every_s is not None
             and dist.get_rank() == 0
             and time.monotonic() - self._saved_at_s >= self.save_every_s
         )
-        flags = torch.tensor([float(wish is not None), float(save_due)], dtype=torch.float64)
+        flags = torch.tensor(
+            [float(wish == "signal"), float(wish == "stop file"), float(save_due)],
+            dtype=torch.float64,
+        )
         loss = torch.as_tensor(0.0 if loss_sum is None else loss_sum).detach()
         vector = torch.cat([flags.to(self._device), loss.to(self._device, torch.float64).view(1)])
         work = dist.all_reduce(vector, op=dist.ReduceOp.SUM, async_op=True)
         event = None
         if vector.is_cuda:  # read it later without waiting for the steps queued after it
             work.wait()  # the stream waits, not the host
-            host = torch.empty(3, dtype=torch.float64, pin_memory=True)
+            host = torch.empty(vector.numel(), dtype=torch.float64, pin_memory=True)
             host.copy_(vector, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
@@ -260,11 +263,11 @@ class State:
             work.wait()
         if event is not None:
             event.synchronize()
-        stop_votes, save_votes, loss_total = vector.tolist()
+        signal_votes, file_votes, save_votes, loss_total = vector.tolist()
         if has_loss:
             self.loss = loss_total / self.sampler.global_batch_size
-        if stop_votes > 0 and not self._stop:
-            self._stop, self.stop_reason = True, self._wish or "peer"
+        if signal_votes + file_votes > 0 and not self._stop:  # one reason, agreed by all ranks
+            self._stop, self.stop_reason = True, "signal" if signal_votes > 0 else "stop file"
         self._timed_save_due = save_votes > 0
 
     def _decide(self) -> None:
