@@ -266,6 +266,7 @@ class Replay:
         self.jobs_changed = True  # a job arrived, was admitted, completed or was rescaled
         self.finished_goodput = 0.0
         self.last_solve_s = -math.inf
+        self.horizon_memo: tuple[float, float] | None = None  # (t_s, horizon_s) of this pool
         self.strictly_increasing = {
             model: all(
                 np.all(
@@ -282,6 +283,13 @@ class Replay:
         }
 
     # -- time ---------------------------------------------------------------------------
+
+    def horizon_s(self, now_s: float) -> float:
+        """The forecast horizon at ``now_s``, worked out once per pool: admission and the
+        solve of one step share it (the pool's changes reset it in :meth:`run`)."""
+        if self.horizon_memo is None or self.horizon_memo[0] != now_s:
+            self.horizon_memo = (now_s, self.horizon(now_s, self.idle_since_s))
+        return self.horizon_memo[1]
 
     def finish_time(self, j: int, now_s: float) -> float:
         """When job ``j`` completes at its current rate (``inf`` if it does not train)."""
@@ -380,7 +388,7 @@ class Replay:
         if not self.queue:
             return
         idle = int(np.count_nonzero(self.idle))
-        horizon_s = self.horizon(now_s, self.idle_since_s)
+        horizon_s = self.horizon_s(now_s)
 
         def usable(j: int) -> int:
             spec = jobs[j].spec
@@ -433,7 +441,7 @@ class Replay:
 
     def solve(self, now_s: float) -> None:
         started = time.perf_counter()
-        horizon_s = self.horizon(now_s, self.idle_since_s)
+        horizon_s = self.horizon_s(now_s)
         if self.options.skip_equivalent and not self.jobs_changed and self.saturated(horizon_s):
             self.result.skipped_solves += 1
             self.last_solve_s = now_s
@@ -540,7 +548,7 @@ class Replay:
                 self.idle[nodes] = to_idle
                 flipped = nodes[self.idle[nodes] != before]
                 if flipped.size:
-                    self.changed = True
+                    self.changed, self.horizon_memo = True, None
                     self.idle_since_s[flipped] = np.where(self.idle[flipped], now_s, np.nan)
                     self.reclaim(np.unique(nodes[~self.idle[nodes]]), now_s)
                 event += 1

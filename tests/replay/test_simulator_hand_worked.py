@@ -12,8 +12,9 @@ import pytest
 from interstice.optimizer import ScalabilityTable
 from interstice.replay.jobs import load_jobs
 from interstice.replay.report import summarize
+from interstice.replay.simulator import ReplayOptions, replay
 from replay_inputs import TINY_TABLE
-from tiny_replay import run, spec
+from tiny_replay import run, spec, take_all
 
 
 def test_grow_then_reclaim(inputs):
@@ -124,3 +125,27 @@ def test_jobs_file_offsets_and_unknown_model(tiny_files: dict[str, Path], tmp_pa
     bad.write_text(tiny_files["--jobs"].read_text().replace("B,m,", "B,resnet50,"))
     with pytest.raises(ValueError, match="line 3: model 'resnet50' is not in the scalability"):
         load_jobs(bad, table)
+
+
+def test_each_pool_gets_its_horizon_worked_out_once(inputs):
+    # Admission and the solve of one step share the step's horizon: an auto horizon (an
+    # estimate over every idle node) is not worked out twice for the same time and pool.
+    trace, table = inputs
+    seen = []
+
+    def counting_horizon(t_s, idle_since_s):
+        seen.append((t_s, idle_since_s.tobytes()))
+        return 300.0
+
+    jobs = [spec(f"J{k}", 1e9, offset_s=k, max_nodes=1) for k in range(4)]  # queued at 60 s
+    result = replay(
+        trace.window(0, 200.0),
+        jobs,
+        table,
+        take_all,
+        horizon=counting_horizon,
+        options=ReplayOptions(),
+        name="counting",
+    )
+    assert result.solves >= 4 and len(seen) >= 4
+    assert len(seen) == len(set(seen))  # J3's admission and the solve at 60 s: one estimate
