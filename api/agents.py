@@ -9,7 +9,8 @@ in its thread pool), except where a docstring says that no database is touched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from interstice.api import schemas, state
 from interstice.api.jobs import command_job
@@ -152,30 +153,53 @@ def commands(service: Service, agent_id: int) -> schemas.CommandsPublic:
     return schemas.CommandsPublic(data=data, count=len(data))
 
 
-def ack(
-    service: Service, agent_id: str, command_id: int, body: schemas.CommandAck
-) -> schemas.CommandAckAnswer:
-    """Acknowledge a command (idempotent, :func:`state.ack_command`). Raises NotFound."""
+class Ack(NamedTuple):
+    """One acknowledgement as an agent posts it."""
+
+    agent_id: str
+    command_id: int
+    body: schemas.CommandAck
+
+
+def ack_batch(service: Service, acks: Sequence[Ack]) -> list[schemas.CommandAckAnswer | NotFound]:
+    """Acknowledge commands (each idempotent, :func:`state.ack_command`) in one transaction.
+
+    Returns:
+        Per ack, in order, its answer or the NotFound it raised (unknown agent, or no such
+        command for this agent); a NotFound changes nothing.
+    """
     changes = Changes()
+    results: list[schemas.CommandAckAnswer | NotFound] = []
     with service.db.write() as session:
-        agent = _agent(session, agent_id)
-        command = state.ack_command(
-            session,
-            agent.id,
-            command_id,
-            body.ok,
-            body.error,
-            service.settings.max_command_failures,
-            changes,
-            job_failed=body.job_failed,
-        )
-        answer = schemas.CommandAckAnswer(
-            command_id=command.id,
-            ok=bool(command.ok),
-            acked_at=command.acked_at,  # type: ignore[arg-type]
-        )
+        # the batch's agents and commands in two queries: session.get then finds them
+        agent_ids = {parse_id(a.agent_id, "a") for a in acks} - {None}
+        session.scalars(select(Agent).where(Agent.id.in_(agent_ids))).all()
+        session.scalars(select(Command).where(Command.id.in_({a.command_id for a in acks}))).all()
+        for agent_id, command_id, body in acks:
+            try:
+                agent = _agent(session, agent_id)
+                command = state.ack_command(
+                    session,
+                    agent.id,
+                    command_id,
+                    body.ok,
+                    body.error,
+                    service.settings.max_command_failures,
+                    changes,
+                    job_failed=body.job_failed,
+                )
+            except NotFound as exc:
+                results.append(exc)
+                continue
+            results.append(
+                schemas.CommandAckAnswer(
+                    command_id=command.id,
+                    ok=bool(command.ok),
+                    acked_at=command.acked_at,  # type: ignore[arg-type]
+                )
+            )
     service.after_commit(changes)
-    return answer
+    return results
 
 
 def _command_public(command: Command, job: Job) -> schemas.CommandPublic:

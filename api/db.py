@@ -9,6 +9,7 @@ concurrently.
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,24 +109,37 @@ def wait_until_reachable(engine: Engine, timeout_s: float) -> None:
 class FairLock:
     """A lock granted in the order it was asked for (first come, first served), so a writer
     that releases it and asks again (a batch applied chunk by chunk) cannot take it back
-    before a waiting one. Not reentrant. Use as a context manager."""
+    before a waiting one; an *urgent* request (a reclaim) goes before every waiting
+    non-urgent one, first come first served among the urgent. Not reentrant."""
 
     def __init__(self) -> None:
         self._turns = threading.Condition(threading.Lock())
-        self._issued = 0
-        self._serving = 0
+        self._urgent: deque[object] = deque()
+        self._normal: deque[object] = deque()
+        self._held = False
 
-    def __enter__(self) -> None:
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the lock."""
+        return len(self._urgent) + len(self._normal)
+
+    @contextmanager
+    def hold(self, urgent: bool = False) -> Iterator[None]:
+        """Hold the lock for the block, after the earlier (or, ``urgent``, the earlier
+        urgent) requests."""
+        ticket, queue = object(), self._urgent if urgent else self._normal
         with self._turns:
-            ticket = self._issued
-            self._issued += 1
-            while ticket != self._serving:
+            queue.append(ticket)
+            while self._held or (self._urgent or self._normal)[0] is not ticket:
                 self._turns.wait()
-
-    def __exit__(self, *exc_info: object) -> None:
-        with self._turns:
-            self._serving += 1
-            self._turns.notify_all()
+            queue.popleft()
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._held = False
+                self._turns.notify_all()
 
 
 class Database:
@@ -145,14 +159,15 @@ class Database:
             yield session
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self, urgent: bool = False) -> Iterator[Session]:
         """A session holding the write lock; commits at the end, rolls back on an error.
+        ``urgent`` (a reclaim) takes the lock before the non-urgent writers waiting for it.
 
         On PostgreSQL the transaction also takes the advisory lock :data:`WRITE_LOCK_KEY`
         (``pg_advisory_xact_lock``, released at its end): the writes of every replica of the
         database are serialized as those of one process are.
         """
-        with self._write_lock, self._sessions() as session, session.begin():
+        with self._write_lock.hold(urgent), self._sessions() as session, session.begin():
             if self._postgres:
                 session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
             yield session

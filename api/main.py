@@ -57,10 +57,13 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
 
         await anyio.to_thread.run_sync(prepare)
         service.poll_reads = anyio.CapacityLimiter(16)
+        service.event_writes = anyio.CapacityLimiter(4)
         await control.start()
+        service.acks.start()
         try:
             yield
         finally:
+            await service.acks.stop()
             await control.stop()
             service.db.dispose()
 

@@ -1,7 +1,8 @@
 """Nodes: the scheduler's node events and the node list.
 
 Functions take the running :class:`~interstice.api.service.Service`; they are synchronous
-(FastAPI runs them in its thread pool).
+(run in a thread: node events in their own few, :attr:`Service.event_writes`, so that they
+never queue for a thread behind other requests).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 def node_events(service: Service, body: schemas.NodeEventsCreate) -> schemas.NodeEventsResult:
     """Apply a batch of scheduler events in order, :data:`ingest.CHUNK_EVENTS` per write
     transaction (see :mod:`interstice.api.ingest`), waking the agents of reclaimed nodes
-    after each chunk.
+    after each chunk. A chunk holding a ``busy`` event (a reclaim) takes the write lock
+    before the other writers waiting for it.
 
     Raises:
         Conflict: an ``event_id`` was already used for a different event: nothing is
@@ -33,7 +35,8 @@ def node_events(service: Service, body: schemas.NodeEventsCreate) -> schemas.Nod
     applied: list[ingest.Applied] = []
     for chunk in ingest.chunks(events):
         changes = Changes()
-        with service.db.write() as session:
+        reclaims = any(e.state == "busy" for e in chunk)
+        with service.db.write(urgent=reclaims) as session:  # before acks and solves waiting
             applied += ingest.apply_events(session, chunk, changes)
         service.after_commit(changes)
     data = [

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 from interstice.api import history, leases
+from interstice.api.acks import AckBatcher
 from interstice.api.db import Database
 from interstice.api.metrics import Metrics
 from interstice.api.notify import Notifier
@@ -40,9 +41,14 @@ class Service:
         self.on_stale: Callable[[], None] = lambda: None
         self.tokens = TokenCache(db)
         self.leases = leases.Leases()
+        self.acks = AckBatcher(self)
+        """Command acknowledgements, written in batches (started with the event loop)."""
         self.poll_reads: anyio.CapacityLimiter | None = None
         """Threads of the long-polls' reads (set at start-up), apart from FastAPI's pool where
         writers queue on the write lock: a waiting writer never delays a poll's answer."""
+        self.event_writes: anyio.CapacityLimiter | None = None
+        """Threads of the scheduler's node events (set at start-up), apart from FastAPI's pool
+        where other requests may fill every thread: a reclaim never waits for a thread."""
         self.leader_since: float | None = time.monotonic()
         """``time.monotonic()`` when this process became leader (see
         :mod:`interstice.api.leader`), None while it follows: only the leader's

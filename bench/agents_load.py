@@ -14,8 +14,10 @@ which go through the debounced solve). It prints JSON lines:
   latency (event posted -> the node's agent receives its command) ``reclaim_p50_s`` /
   ``reclaim_p99_s`` (``stop`` after ``busy``) and ``allocation_p50_s`` /
   ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included), and
-  ``server_cpu_share``: the service process's CPU seconds over the phase's wall seconds
-  (1.0 = one core busy), with the machine's ``load1_at_end``.
+  ``event_post_p50_s`` / ``event_post_p99_s`` (the scheduler's ``POST /v1/nodes/events``
+  answered: the write path alone), ``server_cpu_share``: the service process's CPU seconds
+  over the phase's wall seconds (1.0 = one core busy), ``client_cpu_share`` (this load
+  generator's), with the machine's ``load1_at_end``.
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
@@ -57,6 +59,7 @@ class Stats:
     error_samples: list[str] = field(default_factory=list)
     reclaim_s: list[float] = field(default_factory=list)
     allocation_s: list[float] = field(default_factory=list)
+    event_post_s: list[float] = field(default_factory=list)
     started_nodes: set[str] = field(default_factory=set)
     busy_at: dict[str, float] = field(default_factory=dict)
     idle_at: dict[str, float] = field(default_factory=dict)
@@ -190,6 +193,7 @@ async def scheduler(
                 json={"events": events},
                 headers={"Authorization": f"Bearer {args.tokens['scheduler']}"},
             )
+            stats.event_post_s.append(time.perf_counter() - posted)
             returning += [(tick + args.idle_after_s, n) for n in chosen]
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
@@ -313,11 +317,13 @@ async def run(args: argparse.Namespace, url: str) -> None:
         requests_before, errors_before = stats.requests, stats.errors
         server = psutil.Process(args.server_pid)
         cpu_before = sum(server.cpu_times()[:2])
+        own_cpu_before = sum(psutil.Process().cpu_times()[:2])
         began = time.perf_counter()
         await scheduler(client, stats, args, stop)
         await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
         elapsed = time.perf_counter() - began
         server_cpu_share = (sum(server.cpu_times()[:2]) - cpu_before) / elapsed
+        client_cpu_share = (sum(psutil.Process().cpu_times()[:2]) - own_cpu_before) / elapsed
         metrics_text = (await client.get("/metrics")).text
         solver = solver_summary(metrics_text)
         if os.environ.get("BENCH_DUMP_METRICS"):
@@ -337,6 +343,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
             await own.aclose()
     reclaim = quantiles(stats.reclaim_s)
     allocation = quantiles(stats.allocation_s)
+    event_post = quantiles(stats.event_post_s)
     print(
         json.dumps(
             {
@@ -354,7 +361,10 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 "allocation_p50_s": allocation[0],
                 "allocation_p99_s": allocation[1],
                 "unanswered_reclaims": len(stats.busy_at),
+                "event_post_p50_s": event_post[0],
+                "event_post_p99_s": event_post[1],
                 "server_cpu_share": round(server_cpu_share, 2),
+                "client_cpu_share": round(client_cpu_share, 2),
                 "load1_at_end": os.getloadavg()[0],
             }
             | solver

@@ -127,10 +127,11 @@ async def _pending(service: Service, number: int, wait_s: float) -> CommandsPubl
 
 
 @router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))
-def ack_command(
+async def ack_command(
     agent_id: str, command_id: int, body: CommandAck, service: ServiceDep, _: AgentToken
 ) -> CommandAckAnswer:
     """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; with
     ``job_failed: true`` (a reason of the job itself) the job fails at once, otherwise a job
-    whose commands failed ``max_command_failures`` times is ``failed``. Roles: agent."""
-    return agents.ack(service, agent_id, command_id, body)
+    whose commands failed ``max_command_failures`` times is ``failed``. Acks that arrive
+    together are written in one transaction (:mod:`interstice.api.acks`). Roles: agent."""
+    return await service.acks.ack(agents.Ack(agent_id, command_id, body))

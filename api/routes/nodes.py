@@ -2,6 +2,7 @@
 
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Query
 from interstice.api import nodes, reports
 from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
@@ -17,7 +18,7 @@ router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
 
 @router.post("/events", **roles("scheduler", errors=(400, 409)))
-def post_node_events(
+async def post_node_events(
     body: NodeEventsCreate, service: ServiceDep, _: SchedulerToken
 ) -> NodeEventsResult:
     """Apply a batch of node-state changes in order. Roles: scheduler.
@@ -27,9 +28,11 @@ def post_node_events(
     agents ``rescale`` (or ``stop`` below ``min_nodes``). A repeated ``event_id`` changes
     nothing and answers the same; 409 when it is reused for a different event (nothing of
     the batch is applied). A batch is written 1,000 events per transaction: a reclaim
-    posted meanwhile is applied between two of them.
+    posted meanwhile is applied between two of them, before the other writes waiting.
     """
-    return nodes.node_events(service, body)
+    return await anyio.to_thread.run_sync(
+        nodes.node_events, service, body, limiter=service.event_writes
+    )
 
 
 @router.get("", **roles("scheduler", "admin"))

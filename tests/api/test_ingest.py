@@ -77,19 +77,38 @@ def test_a_batch_repeating_an_event_answers_its_first_record(api: Api) -> None:
     assert _stored_events(api) == ingest.CHUNK_EVENTS + 1
 
 
+def _hold_in_thread(lock: FairLock, order: list[str], name: str, urgent: bool) -> threading.Thread:
+    """Ask for the lock in a new thread; return once the request waits."""
+    asked = lock.waiting
+
+    def holder() -> None:
+        with lock.hold(urgent):
+            order.append(name)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    wait_until(lambda: lock.waiting == asked + 1, what=f"{name} to ask")
+    return thread
+
+
 def test_the_write_lock_goes_to_the_writer_that_waited() -> None:
     lock, order = FairLock(), []
-    lock.__enter__()
-
-    def waiter() -> None:
-        with lock:
-            order.append("waiter")
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    wait_until(lambda: lock._issued == 2, what="the waiter to ask")
-    lock.__exit__()
-    with lock:  # asks again at once: after the waiter
+    with lock.hold():
+        thread = _hold_in_thread(lock, order, "waiter", urgent=False)
+    with lock.hold():  # asks again at once: after the waiter
         order.append("again")
     thread.join()
     assert order == ["waiter", "again"]
+
+
+def test_an_urgent_writer_goes_before_the_waiting_ones_in_its_own_order() -> None:
+    lock, order = FairLock(), []
+    with lock.hold():
+        threads = [
+            _hold_in_thread(lock, order, name, urgent)
+            for name, urgent in [("ack", False), ("reclaim-1", True), ("solve", False)]
+        ]
+        threads.append(_hold_in_thread(lock, order, "reclaim-2", urgent=True))
+    for thread in threads:
+        thread.join()
+    assert order == ["reclaim-1", "reclaim-2", "ack", "solve"]
