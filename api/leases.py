@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("interstice.api")
 
+LEASE_ROWS_PER_WRITE = 500
+"""Agents' leases written per write transaction: at 5,000 agents one transaction held the
+write lock for seconds, and a reclaim waited for it."""
+
 
 @dataclass(frozen=True)
 class Renewals:
@@ -158,8 +162,9 @@ class Leases:
 
 def sweep(service: Service) -> None:
     """Write the revivals, leases and reports renewed since the last sweep to the database
-    (bulk updates); on the leader, also mark agents silent for ``missed_heartbeats_lost``
-    intervals lost (their jobs rescale once each).
+    (bulk updates, :data:`LEASE_ROWS_PER_WRITE` agents per transaction); on the leader, also
+    mark agents silent for ``missed_heartbeats_lost`` intervals lost (their jobs rescale
+    once each).
 
     An agent renewed here that the database says is lost (a sweep of another replica, or
     of this one, marked it) is alive again. An agent is silent when neither this process
@@ -197,20 +202,21 @@ def sweep(service: Service) -> None:
             log.info("agent %s on %s lost", agent.agent_id, agent.node)
         state.agents_gone(session, lost, "lost", changes)  # one rescale per job
         service.agent_counts.record(wall, len(alive) - len(silent))
-        fresh = [
-            {"id": a, "last_heartbeat_at": wall - timedelta(seconds=now - leases[a])}
-            | ({"report": taken.reports[a]} if a in taken.reports else {})
-            for a in taken.renewed
-            if a in leases and a not in silent
-        ]
-        for rows in (
-            [row for row in fresh if "report" in row],
-            [row for row in fresh if "report" not in row],
-        ):
-            if rows:
-                session.execute(update(Agent), rows)
     service.leases.mark_lost(silent)
     service.after_commit(changes)
+    fresh = [
+        {"id": a, "last_heartbeat_at": wall - timedelta(seconds=now - leases[a])}
+        | ({"report": taken.reports[a]} if a in taken.reports else {})
+        for a in taken.renewed
+        if a in leases and a not in silent
+    ]
+    for rows in (
+        [row for row in fresh if "report" in row],
+        [row for row in fresh if "report" not in row],
+    ):
+        for start in range(0, len(rows), LEASE_ROWS_PER_WRITE):  # others write in between
+            with service.db.write() as session:
+                session.execute(update(Agent), rows[start : start + LEASE_ROWS_PER_WRITE])
 
 
 def _aware(at: datetime) -> datetime:
