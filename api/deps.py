@@ -48,9 +48,7 @@ def require(*accepted: Role) -> Any:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         token = credentials.credentials
-        record = service.tokens.cached(token) or await anyio.to_thread.run_sync(
-            service.tokens.load, token
-        )
+        record = await service.tokens.lookup(token)
         if record is None:
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,

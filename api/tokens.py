@@ -13,6 +13,7 @@ one row per token per :data:`REFUSAL_AUDIT_EVERY_S` (the row counts the refusals
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import secrets
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
 from interstice.api.db import Database
 from interstice.api.tables import AuditEntry, Token, utcnow
 from sqlalchemy import select
@@ -193,6 +195,7 @@ class TokenCache:
         self._entries: dict[str, tuple[TokenRecord, float]] = {}
         self._refusals: dict[int, tuple[float, int]] = {}
         self._lock = threading.Lock()
+        self._loading: dict[str, asyncio.Future[TokenRecord | None]] = {}
 
     def cached(self, token: str) -> TokenRecord | None:
         """The record of a token looked up less than :data:`CACHE_TTL_S` ago (a revoked one:
@@ -204,6 +207,21 @@ class TokenCache:
         if record.revoked_at is None and time.monotonic() - loaded > CACHE_TTL_S:
             return None
         return record
+
+    async def lookup(self, token: str) -> TokenRecord | None:
+        """The token's record, or None for an unknown token: cached, else read once for all
+        the requests that carry the token meanwhile (at 5,000 agents sharing one token,
+        every request of the moment the entry expired read it)."""
+        record = self.cached(token)
+        if record is not None:
+            return record
+        digest = hash_token(token)
+        loading = self._loading.get(digest)
+        if loading is None:
+            loading = asyncio.ensure_future(anyio.to_thread.run_sync(self.load, token))
+            self._loading[digest] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(digest, None))
+        return await asyncio.shield(loading)
 
     def load(self, token: str) -> TokenRecord | None:
         """The token's record from the database (cached), or None for an unknown token."""

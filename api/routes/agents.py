@@ -1,7 +1,6 @@
 """Node-agent routes (docs/agent-protocol.md): register, heartbeat, leave, commands, and
 the heartbeat carried by the long-poll (protocol version 3)."""
 
-from functools import partial
 from typing import Annotated
 
 import anyio
@@ -22,6 +21,7 @@ from interstice.api.service import Service
 from interstice.api.state import parse_id
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
+NO_COMMANDS = CommandsPublic(data=[], count=0)
 
 
 @router.post(
@@ -114,16 +114,26 @@ async def _pending(service: Service, number: int, wait_s: float) -> CommandsPubl
     """The agent's pending commands: at once when there are some, else when one is written
     or after ``wait_s`` (capped by ``max_poll_wait_s``). A wait that ends unwoken answers
     none without reading again: every command written for the agent wakes it (a wake-up
-    lost between replicas is made up by the next poll's first read)."""
-    woken = service.notifier.subscribe(number)
-    read = partial(anyio.to_thread.run_sync, agents.commands, service, number)
-    answer = await read(limiter=service.poll_reads)
+    lost between replicas is made up by the next poll's first read). An agent known to have
+    none (:meth:`~interstice.api.notify.Notifier.known_clear`) is not read at first."""
+    notifier = service.notifier
+    woken = notifier.subscribe(number)
+
+    async def read() -> CommandsPublic:
+        mark = notifier.wakes_so_far(number)
+        answer = await anyio.to_thread.run_sync(
+            agents.commands, service, number, limiter=service.poll_reads
+        )
+        notifier.found(number, mark, answer.count)
+        return answer
+
+    answer = NO_COMMANDS if notifier.known_clear(number) else await read()
     wait_s = min(wait_s, service.settings.max_poll_wait_s)
     if answer.count or wait_s <= 0:
         return answer
     with anyio.move_on_after(wait_s):
         await woken.wait()
-    return await read(limiter=service.poll_reads) if woken.is_set() else answer
+    return await read() if woken.is_set() else answer
 
 
 @router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))

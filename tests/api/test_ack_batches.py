@@ -4,7 +4,6 @@ its own answer (api/acks.py)."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
 
 from api_helpers import Api, start_job
 from interstice.api import acks
@@ -13,18 +12,16 @@ from interstice.api.schemas import CommandAck
 from interstice.api.state import NotFound
 
 
-def _count_writes(service, monkeypatch) -> list[int]:
-    """Counts the service's write transactions from now on."""
-    writes, write = [0], service.db.write
+def _count_batches(monkeypatch) -> list[int]:
+    """The size of every batch of acks written from now on (one transaction each)."""
+    sizes = []
 
-    @contextmanager
-    def counted():
-        writes[0] += 1
-        with write() as session:
-            yield session
+    def counted(service, batch):
+        sizes.append(len(batch))
+        return ack_batch(service, batch)
 
-    monkeypatch.setattr(service.db, "write", counted)
-    return writes
+    monkeypatch.setattr(acks, "ack_batch", counted)
+    return sizes
 
 
 def test_acks_that_arrive_together_take_one_transaction_and_keep_their_own_answers(
@@ -36,7 +33,7 @@ def test_acks_that_arrive_together_take_one_transaction_and_keep_their_own_answe
     pending = {node: api.poll(agents[node], wait=0) for node in nodes}
     assert all(len(commands) == 1 for commands in pending.values())
     service = api.app.state.service
-    writes = _count_writes(service, monkeypatch)
+    batches = _count_batches(monkeypatch)
     acks = [Ack(agents[n], pending[n][0]["command_id"], CommandAck(ok=True)) for n in nodes]
     acks.insert(3, Ack(agents["n1"], 10**6, CommandAck(ok=True)))  # no such command
     acks.append(Ack("a-999", 1, CommandAck(ok=True)))  # no such agent
@@ -45,7 +42,7 @@ def test_acks_that_arrive_together_take_one_transaction_and_keep_their_own_answe
         return await asyncio.gather(*(service.acks.ack(a) for a in acks), return_exceptions=True)
 
     answers = api.client.portal.call(together)
-    assert writes[0] == 1
+    assert batches == [len(acks)]
     kinds = [type(a).__name__ for a in answers]
     assert kinds == ["CommandAckAnswer"] * 3 + ["NotFound"] + ["CommandAckAnswer", "NotFound"]
     assert [a.command_id for a in answers if not isinstance(a, NotFound)] == [

@@ -5,6 +5,7 @@ audited by token id."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -227,3 +228,28 @@ def test_bad_token_commands_exit_2_with_one_line(
 
 def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_requests_that_miss_the_cache_together_read_the_token_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'tokens.db'}")
+    upgrade(db.engine)
+    cache = tokens.TokenCache(db)
+    secret = tokens.create_token(db, "agent", "shared-agent-token")
+    loads, load = [], cache.load
+
+    def counted(token: str):
+        loads.append(token)
+        return load(token)
+
+    monkeypatch.setattr(cache, "load", counted)
+
+    async def together(n: int) -> list:
+        return await asyncio.gather(*(cache.lookup(secret) for _ in range(n)))
+
+    first = asyncio.run(together(50))
+    assert len(loads) == 1 and all(r == first[0] for r in first)
+    assert first[0].principal.name == "shared-agent-token"
+    assert asyncio.run(together(5)) == first[:5] and len(loads) == 1  # cached now
+    assert asyncio.run(cache.lookup("no-such-token")) is None and len(loads) == 2
