@@ -81,6 +81,11 @@ class Notifier:
         """Whether the agent surely has no pending command (no read needed; event loop)."""
         return agent_id in self._clear
 
+    @property
+    def closed(self) -> bool:
+        """Whether the server is shutting down (:meth:`close`)."""
+        return self._closed
+
     def close(self) -> None:
         """Set every event, now and from now on (call on the event loop when the server
         begins to shut down): waiting long-polls answer at once instead of being cancelled."""

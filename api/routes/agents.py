@@ -115,7 +115,9 @@ async def _pending(service: Service, number: int, wait_s: float) -> CommandsPubl
     or after ``wait_s`` (capped by ``max_poll_wait_s``). A wait that ends unwoken answers
     none without reading again: every command written for the agent wakes it (a wake-up
     lost between replicas is made up by the next poll's first read). An agent known to have
-    none (:meth:`~interstice.api.notify.Notifier.known_clear`) is not read at first."""
+    none (:meth:`~interstice.api.notify.Notifier.known_clear`) is not read at first. At
+    shutdown every wait ends at once and answers without reading (thousands of reads would
+    outlast the graceful shutdown)."""
     notifier = service.notifier
     woken = notifier.subscribe(number)
 
@@ -133,7 +135,7 @@ async def _pending(service: Service, number: int, wait_s: float) -> CommandsPubl
         return answer
     with anyio.move_on_after(wait_s):
         await woken.wait()
-    return await read() if woken.is_set() else answer
+    return await read() if woken.is_set() and not notifier.closed else answer
 
 
 @router.post("/{agent_id}/commands/{command_id}/ack", **roles("agent", errors=(400, 404)))
