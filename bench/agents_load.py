@@ -4,10 +4,12 @@ Starts ``interstice serve`` on a fresh SQLite file (a subprocess, bench/served.p
 registers N agents (async httpx clients), each long-polling for commands with its heartbeat in
 the poll (protocol version 3: a request per ``--heartbeat-s`` at most while idle;
 ``--separate-heartbeats``: version 2, a heartbeat every ``--heartbeat-s`` apart from 30 s
-long-polls), and submits jobs that fill the nodes. Then, for ``--duration-s``, a scheduler
-reclaims ``--reclaims-per-s`` held nodes per second (``busy`` events, the direct path that
-never waits for the solver) and gives each back ``--idle-after-s`` later (``idle`` events,
-which go through the debounced solve). It prints JSON lines:
+long-polls), and submits jobs that fill the nodes. Once 90 % of the nodes run and none has
+started for ``--settle-s`` (at most ``--warmup-s``: the ramp-up is not measured), for
+``--duration-s`` a scheduler reclaims ``--reclaims-per-s`` held nodes per second (``busy``
+events, the direct path that never waits for the solver) and gives each back
+``--idle-after-s`` later (``idle`` events, which go through the debounced solve). It prints
+JSON lines:
 
 - ``{"phase": "register" | "warmup", ...}`` as phases end;
 - one summary: ``agents``, ``requests``, ``requests_per_s``, ``errors``, and the command
@@ -60,6 +62,7 @@ class Stats:
     reclaim_s: list[float] = field(default_factory=list)
     allocation_s: list[float] = field(default_factory=list)
     event_post_s: list[float] = field(default_factory=list)
+    last_start_at: float = 0.0
     started_nodes: set[str] = field(default_factory=set)
     busy_at: dict[str, float] = field(default_factory=dict)
     idle_at: dict[str, float] = field(default_factory=dict)
@@ -115,6 +118,7 @@ async def agent_loop(
                 stats.reclaim_s.append(now - stats.busy_at.pop(node))
             elif command["kind"] == "start":
                 stats.started_nodes.add(node)
+                stats.last_start_at = now
                 if node in stats.idle_at:
                     stats.allocation_s.append(now - stats.idle_at.pop(node))
             elif command["kind"] == "stop":
@@ -298,9 +302,9 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 },
             )
         began = time.perf_counter()
-        while (
+        while time.perf_counter() - began < args.warmup_s and (
             len(stats.started_nodes) < 0.9 * len(agents)
-            and time.perf_counter() - began < args.warmup_s
+            or time.perf_counter() - stats.last_start_at < args.settle_s
         ):
             await asyncio.sleep(0.5)
         print(
@@ -381,6 +385,7 @@ def main() -> None:
     parser.add_argument("--reclaims-per-s", type=int, default=2)
     parser.add_argument("--idle-after-s", type=float, default=5)
     parser.add_argument("--warmup-s", type=float, default=120)
+    parser.add_argument("--settle-s", type=float, default=10)
     parser.add_argument("--max-run-s", type=float, default=600)
     parser.add_argument(
         "--separate-heartbeats",
