@@ -174,7 +174,8 @@ def ack_batch(service: Service, acks: Sequence[Ack]) -> list[schemas.CommandAckA
         # the batch's agents and commands in two queries: session.get then finds them
         agent_ids = {parse_id(a.agent_id, "a") for a in acks} - {None}
         session.scalars(select(Agent).where(Agent.id.in_(agent_ids))).all()
-        session.scalars(select(Command).where(Command.id.in_({a.command_id for a in acks}))).all()
+        command_ids = {a.command_id for a in acks if 0 < a.command_id < state.ID_LIMIT}
+        session.scalars(select(Command).where(Command.id.in_(command_ids))).all()
         for agent_id, command_id, body in acks:
             try:
                 agent = _agent(session, agent_id)

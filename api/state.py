@@ -69,6 +69,11 @@ class Changes:
     rescales: Counter[str] = field(default_factory=Counter)
 
 
+ID_LIMIT = 10**15
+"""Row ids are below this (15 digits): a larger number names no row, and never reaches the
+database (SQLite refuses integers beyond 64 bits)."""
+
+
 def parse_id(public_id: str, prefix: str) -> int | None:
     """``"j-3"`` with prefix ``"j"`` gives 3; anything else gives None."""
     head, _, number = public_id.partition("-")
@@ -448,7 +453,7 @@ def ack_command(
     Raises:
         NotFound: no such command for this agent.
     """
-    command = session.get(Command, command_id)
+    command = session.get(Command, command_id) if 0 < command_id < ID_LIMIT else None
     if command is None or command.agent_id != agent_id:
         raise NotFound(f"command {command_id} of agent a-{agent_id} not found")
     if command.acked_at is not None:

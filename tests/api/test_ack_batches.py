@@ -85,3 +85,10 @@ def test_a_batch_that_fails_is_written_ack_by_ack(api: Api, monkeypatch) -> None
 
     first, second = api.client.portal.call(together)
     assert isinstance(first, RuntimeError) and second.command_id == pending["n2"]
+
+
+def test_an_ack_of_a_command_id_beyond_any_row_is_a_404(api: Api) -> None:
+    agents, _, _ = start_job(api, ["n1"])
+    path = f"/v1/agents/{agents['n1']}/commands/{2**70}/ack"
+    r = api.call("POST", path, "agent", json={"ok": True})
+    assert r.status_code == 404 and "not found" in r.text
