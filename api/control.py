@@ -284,7 +284,6 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                 target = []
             growth = len(target) - len(held.get(job.id, ()))
             moves.append((growth, job.id, job, target, share.spb_depth))
-        holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
         for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
             state.move_job(
@@ -295,13 +294,7 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                 reason="allocation",
                 deadline=utcnow() + timedelta(seconds=seconds),
                 changes=changes,
-                held=sorted(n for n in held.get(job.id, ()) if holder.get(n) == job.id),
             )
-            for node in held.get(job.id, ()):  # the holders as move_job wrote them
-                if holder.get(node) == job.id:
-                    holder[node] = None
-            for node in target:
-                holder[node] = job.id
         session.add(
             AllocationRecord(
                 status=allocation.status,

@@ -119,17 +119,14 @@ def move_job(
     reason: str,
     deadline: datetime,
     changes: Changes,
-    held: list[str] | None = None,
 ) -> None:
     """Move ``job`` from the nodes it holds to ``to_nodes`` at SPB depth ``to_depth``.
 
     Writes the commands (see the module docstring), the node holders, the job's generation,
     depth and state (``running`` when ``to_nodes`` is not empty, else ``queued`` for an
     active job) and a rescale record. Nothing happens when neither set nor depth changes.
-    ``held``: the nodes the job holds, sorted, when the caller read them in this
-    transaction (:func:`holdings`, one query for every job); else they are read here.
     """
-    from_nodes = held_nodes(session, job.id) if held is None else held
+    from_nodes = held_nodes(session, job.id)
     to_nodes = sorted(to_nodes)
     if from_nodes == to_nodes and (job.spb_depth == to_depth or not to_nodes):
         return
