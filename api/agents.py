@@ -3,8 +3,9 @@ queue and its acknowledgements.
 
 Functions take the running :class:`~interstice.api.service.Service`; each write runs one
 transaction and hands its :class:`~interstice.api.state.Changes` to
-:meth:`~interstice.api.service.Service.after_commit`. They are synchronous (FastAPI runs them
-in its thread pool), except where a docstring says that no database is touched.
+:meth:`~interstice.api.service.Service.after_commit`. They are synchronous and run in a worker
+thread (FastAPI's pool, the long-polls' limiter, or for :func:`ack_batch` the ack batcher's,
+:mod:`interstice.api.acks`), except where a docstring says that no database is touched.
 """
 
 from __future__ import annotations
