@@ -44,6 +44,7 @@ def _entry(
         buffer = io.BytesIO()
         torch.save(value, buffer)
         results.put((rank, buffer.getvalue()))
+        dist.barrier()  # no rank tears gloo down while a peer still talks to it
     finally:
         dist.destroy_process_group()
 
