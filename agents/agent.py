@@ -98,7 +98,8 @@ class Agent:
         self.shutdown = threading.Event()
         self._signalled_at: float | None = None
         self.agent_id: str | None = None
-        self.heartbeat_interval_s = config.heartbeat_s or 5.0
+        self._max_backoff_s = self.client.max_backoff_s
+        self._beat_every(config.heartbeat_s or 5.0)
         self.beat_in_poll = False
         """Whether the service takes the heartbeat with the long-poll (protocol >= 3)."""
         self.generation: launcher.Generation | None = None
@@ -175,8 +176,17 @@ class Agent:
             self.agent_id = answer["agent_id"]
             self.beat_in_poll = int(answer.get("protocol_version", 2)) >= 3
             if self.config.heartbeat_s is None:
-                self.heartbeat_interval_s = float(answer.get("heartbeat_interval_s", 5.0))
+                self._beat_every(float(answer.get("heartbeat_interval_s", 5.0)))
         log.info("registered node %s as agent %s", self.config.node, self.agent_id)
+
+    def _beat_every(self, interval_s: float) -> None:
+        """Heartbeat every ``interval_s`` seconds, and retry a silent service at least that
+        often: after a restart or a failover the agent is back within about one interval,
+        while the service counts it lost only after ``missed_heartbeats_lost`` intervals
+        from its start (a 5 s backoff against 1 s heartbeats had every agent marked lost by
+        a restarted service)."""
+        self.heartbeat_interval_s = interval_s
+        self.client.max_backoff_s = min(self._max_backoff_s, interval_s)
 
     def _guarded(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a client call for this agent; re-register on 404 and return None."""

@@ -101,6 +101,10 @@ class Generation:
     Attributes:
         stop_requested: the agent asked these workers to stop (stop file and SIGTERM): an
             exit after it is a stop, never the job's end or failure.
+        signalled: pids of the workers sent SIGTERM already. A second SIGTERM ends a
+            worker at once (:class:`interstice.elastic.signals.StopSignals`), before its
+            checkpoint, so each worker gets one, however many times a stop is requested
+            (a preemption taking over a rescale's stop requests it again).
     """
 
     command: Command
@@ -111,6 +115,7 @@ class Generation:
     result_path: Path
     started_at: float = field(default_factory=time.monotonic)
     stop_requested: bool = False
+    signalled: set[int] = field(default_factory=set)
     _warmed_up: bool = False
 
     @property
@@ -537,19 +542,23 @@ def _clip(text: str) -> str:
 
 
 def request_stop(generation: Generation) -> list[psutil.Process]:
-    """Ask the workers to checkpoint and exit: the stop file, and SIGTERM to each worker.
+    """Ask the workers to checkpoint and exit: the stop file, and SIGTERM to each worker
+    not signalled before (see :attr:`Generation.signalled`).
 
     The workers, not torch's agent in the launcher: a script's own checkpoint-on-signal
     (``interstice.elastic.State.should_stop``) runs, and torch's agent sees them exit.
 
     Returns:
-        The workers signalled.
+        The live workers.
     """
     generation.stop_requested = True
     generation.run_dir.mkdir(parents=True, exist_ok=True)
     wire.stop_path(generation.run_dir).touch()
     workers = worker_processes(generation)
     for worker in workers:
+        if worker.pid in generation.signalled:
+            continue
+        generation.signalled.add(worker.pid)
         try:
             worker.send_signal(signal.SIGTERM)
         except psutil.Error:

@@ -230,3 +230,32 @@ def test_a_launch_that_fails_is_acked_with_its_error(
     assert path == "/v1/agents/a-1/commands/7/ack"
     assert body["ok"] is False
     assert error in body["error"]
+
+
+class RestartingService(FakeService):
+    """A :class:`FakeService` that refuses connections until ``down_until``."""
+
+    down_until = 0.0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if time.monotonic() < self.down_until:
+            raise httpx.ConnectError("connection refused", request=request)
+        return super().__call__(request)
+
+
+def test_after_an_outage_the_agent_is_back_within_a_heartbeat_interval(tmp_path: Path) -> None:
+    """The service restarts and counts an agent lost after ``missed_heartbeats_lost``
+    intervals from its start: the agent's retries of a silent service must come at least once
+    per interval (1 s here), not at the client's 5 s backoff."""
+    service = RestartingService(protocol_version=3)
+    agent = make_agent(tmp_path, service)
+    service.down_until = time.monotonic() + 4.0  # backoffs 0.2, 0.4, 0.8, 1.6, 3.2 s: 6.2 s
+    poller = threading.Thread(target=agent._poll_loop)
+    poller.start()
+    try:
+        wait_until(lambda: len(service.requests) > 1, 15, "a poll after the outage")
+        back_after_s = time.monotonic() - service.down_until
+    finally:
+        agent.shutdown.set()
+        poller.join()
+    assert back_after_s < agent.heartbeat_interval_s + 0.5

@@ -2,9 +2,9 @@
 
 2 nodes idle -> the job trains at world size 2; 2 more idle -> it rescales to 4; one node
 reclaimed with a grace of a few seconds -> released within the grace, training goes on at
-world size 3; the service restarts -> the agents report to it again and training goes on;
-then a training node's agent gets SIGTERM (Slurm preemption) -> its workers
-checkpoint, it exits 0 within its grace and the service shows its node released.
+world size 3; the service restarts -> the agents report to it again, none counted lost, and
+training goes on; then a training node's agent gets SIGTERM (Slurm preemption) -> its
+workers checkpoint, it exits 0 within its grace and the service shows its node released.
 
 The training assertions are on what the workers logged (their step logs), never on what
 the service planned: the world sizes they saw, that the step counter continued exactly
@@ -86,6 +86,10 @@ def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) 
             "heartbeats reaching the restarted service",
         )
         assert all(agent.process.poll() is None for agent in cluster.agents.values())
+        # No agent was counted lost by the restarted service (they retry it at least once
+        # per heartbeat interval), so no generation was stopped for it.
+        rescales = cluster.request("user", "GET", f"/v1/jobs/{job_id}")["rescales"]
+        assert "agent_lost" not in {r["reason"] for r in rescales}
 
         # Slurm preemption: SIGTERM to a training node's agent. Its workers checkpoint and
         # exit, it releases the node and exits 0, all within its grace period.
@@ -98,7 +102,9 @@ def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) 
     finally:
         cluster.close()
     on_n0 = [r for r in records if r["log_node"] == "n0"]
-    assert on_n0[-1]["event"] == "exit" and on_n0[-1]["outcome"] == "stopped"
+    assert on_n0[-1]["event"] == "exit" and on_n0[-1]["outcome"] == "stopped", (
+        f"n0's last records {on_n0[-3:]}\n{cluster.diagnostics()}"
+    )
 
     # The world sizes the workers saw, in order: 2, then 4, then 3 (then maybe 2 after n0
     # left: the records end there).

@@ -7,7 +7,8 @@ joining and ending from torch elastic alone. Checked: a script that trains at wo
 it, and each rank's stdout+stderr in its rank log; a script that exits 1 on one rank is
 ``failed`` with that rank's last log lines; a rescale delivers SIGTERM to the workers; a
 missing script, an argv too long for the OS and a fractional ``total_samples`` are acked
-``job_failed`` at once, before anything starts.
+``job_failed`` at once, before anything starts; a stop requested twice (a preemption
+taking over a rescale's stop) sends each worker one SIGTERM, so its checkpoint completes.
 """
 
 import json
@@ -71,6 +72,21 @@ elif mode == "wait-for-sigterm":
     open(os.path.join(out, f"ready-{rank}"), "w").close()
     while True:
         time.sleep(0.05)
+elif mode == "checkpoint-on-sigterm":  # as interstice.elastic does: a second SIGTERM kills
+    signalled = []
+    def on_sigterm(signum, frame):
+        with open(os.path.join(out, f"sigterm-{rank}"), "a") as f:
+            f.write("SIGTERM\\n")
+        if signalled:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+        signalled.append(time.monotonic())
+    signal.signal(signal.SIGTERM, on_sigterm)
+    open(os.path.join(out, f"ready-{rank}"), "w").close()
+    while not signalled or time.monotonic() - signalled[0] < 1.0:  # a checkpoint takes 1 s
+        time.sleep(0.05)
+    open(os.path.join(out, f"checkpointed-{rank}"), "w").close()
+    sys.exit(0)
 dist.destroy_process_group()
 """
 
@@ -367,3 +383,25 @@ def test_a_rescale_delivers_sigterm_to_the_workers(
     assert old.process.poll() is not None
     assert launcher.outcome(old) == launcher.Outcome(None)  # our stop: neither end nor failure
     assert agent.generation is not old and agent.generation.rendezvous_id == "j-1-g2"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_stop_requested_twice_signals_each_worker_once(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    agent, service = agents("n0")
+    job_dir = tmp_path / "j-1"
+    agent._execute(user_command(agent, job_dir, code_dir, "checkpoint-on-sigterm"))
+    wait_until(lambda: acked(agent, service), 240, "joined")
+    wait_until(lambda: (job_dir / "out" / "ready-0").exists(), 120, "SIGTERM handler installed")
+    generation = agent.generation
+    assert generation is not None
+
+    # The executor's stop of a rescale, interrupted by the preemption signal...
+    assert launcher.end_generation(generation, time.monotonic() + 30, lambda: True) is None
+    # ...which the main thread's leave takes over.
+    assert launcher.end_generation(generation, time.monotonic() + 30) is True
+
+    assert (job_dir / "out" / "sigterm-0").read_text() == "SIGTERM\n"
+    assert (job_dir / "out" / "checkpointed-0").exists()  # not killed by a second SIGTERM
