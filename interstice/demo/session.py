@@ -30,6 +30,7 @@ import psutil
 from rich.console import Console
 from rich.live import Live
 
+import interstice.examples
 from interstice.agents.local_cluster import ROLES, LocalCluster
 from interstice.client_cli import read_job_file
 from interstice.demo.plan import ReplayPlan, plan_replay
@@ -56,8 +57,8 @@ START_TIMEOUT_S = 180.0
 """Most seconds the service, the agents and their spare launchers may take to start."""
 REFRESH_S = 1.0
 """Period of the live view, seconds."""
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-"""The example job files (``<name>.toml``) of the checkout."""
+EXAMPLES = Path(interstice.examples.__file__).parent
+"""The example job files (``<name>.toml``), installed with the package."""
 
 
 def heartbeat_s(virtual_nodes: int) -> float:
