@@ -356,6 +356,18 @@ def test_a_script_that_exits_1_on_one_rank_fails_with_that_ranks_last_log_lines(
     assert body["ok"] is True or body["job_failed"] is True
 
 
+def start_until_ready(
+    agent: Agent, service: FakeService, job_dir: Path, code_dir: Path, mode: str
+) -> dict[str, Any]:
+    """Start ``script.py MODE`` (a mode that waits for SIGTERM) on ``agent``; wait until it
+    joined and rank 0 installed its SIGTERM handler. Returns the start command."""
+    start = user_command(agent, job_dir, code_dir, mode)
+    agent._execute(start)
+    wait_until(lambda: acked(agent, service), 240, "joined")
+    wait_until(lambda: (job_dir / "out" / "ready-0").exists(), 120, "SIGTERM handler installed")
+    return start
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_rescale_delivers_sigterm_to_the_workers(
@@ -363,10 +375,7 @@ def test_a_rescale_delivers_sigterm_to_the_workers(
 ) -> None:
     agent, service = agents("n0")
     job_dir = tmp_path / "j-1"
-    start = user_command(agent, job_dir, code_dir, "wait-for-sigterm")
-    agent._execute(start)
-    wait_until(lambda: acked(agent, service), 240, "joined")
-    wait_until(lambda: (job_dir / "out" / "ready-0").exists(), 120, "SIGTERM handler installed")
+    start = start_until_ready(agent, service, job_dir, code_dir, "wait-for-sigterm")
     old = agent.generation
     assert old is not None and agent.heartbeat_body()["job_state"] == "running"
 
@@ -392,9 +401,7 @@ def test_a_stop_requested_twice_signals_each_worker_once(
 ) -> None:
     agent, service = agents("n0")
     job_dir = tmp_path / "j-1"
-    agent._execute(user_command(agent, job_dir, code_dir, "checkpoint-on-sigterm"))
-    wait_until(lambda: acked(agent, service), 240, "joined")
-    wait_until(lambda: (job_dir / "out" / "ready-0").exists(), 120, "SIGTERM handler installed")
+    start_until_ready(agent, service, job_dir, code_dir, "checkpoint-on-sigterm")
     generation = agent.generation
     assert generation is not None
 
