@@ -273,17 +273,28 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
     with service.db.write() as session:
         pool = set(state.allocatable_nodes(session))
         held = state.holdings(session)
+        numbers = {share.job_id: parse_id(share.job_id, "j") for share in allocation.jobs}
+        active = {
+            job.id: job
+            for job in session.scalars(
+                select(Job).where(
+                    Job.id.in_([n for n in numbers.values() if n is not None]),
+                    Job.state.in_(ACTIVE_JOB_STATES),
+                )
+            )
+        }
         moves = []
         for share in allocation.jobs:
-            number = parse_id(share.job_id, "j")
-            job = None if number is None else session.get(Job, number)
-            if job is None or job.state not in ACTIVE_JOB_STATES:
+            job = active.get(numbers[share.job_id])  # type: ignore[arg-type]
+            if job is None:
                 continue
-            target = [n for n in share.node_names if n in pool]
+            target = sorted(n for n in share.node_names if n in pool)
             if len(target) < job.min_nodes:
                 target = []
-            growth = len(target) - len(held.get(job.id, ()))
-            moves.append((growth, job.id, job, target, share.spb_depth))
+            if not state.unchanged(job, held.get(job.id, []), target, share.spb_depth):
+                growth = len(target) - len(held.get(job.id, ()))
+                moves.append((growth, job.id, job, target, share.spb_depth))
+        holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
         for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
             state.move_job(
@@ -294,7 +305,16 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                 reason="allocation",
                 deadline=utcnow() + timedelta(seconds=seconds),
                 changes=changes,
+                from_nodes=held.get(job.id, []),
             )
+            # the moves after this one see its nodes as it left them
+            for node in held.get(job.id, []):
+                holder.pop(node, None)
+            for node in target:
+                if holder.get(node, job.id) != job.id:
+                    held[holder[node]].remove(node)
+                holder[node] = job.id
+            held[job.id] = target
         session.add(
             AllocationRecord(
                 status=allocation.status,

@@ -675,7 +675,8 @@ class ObjectivePublic(BaseModel):
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
-        time_limit_s: solver wall-clock limit, seconds.
+        time_limit_s: solver wall-clock limit per solve, seconds (default 0.2: at the
+            limit the best incumbent is applied, never worse than the greedy answer).
     """
 
     throughput: float

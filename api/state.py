@@ -110,6 +110,12 @@ def allocatable_nodes(session: Session) -> list[str]:
     return sorted(rows)
 
 
+def unchanged(job: Job, from_nodes: list[str], to_nodes: list[str], to_depth: int) -> bool:
+    """Whether moving ``job`` from ``from_nodes`` to ``to_nodes`` at ``to_depth`` (both
+    sorted) changes nothing: the same nodes and the same depth, or no node either way."""
+    return from_nodes == to_nodes and (job.spb_depth == to_depth or not to_nodes)
+
+
 def move_job(
     session: Session,
     job: Job,
@@ -119,16 +125,20 @@ def move_job(
     reason: str,
     deadline: datetime,
     changes: Changes,
+    from_nodes: list[str] | None = None,
 ) -> None:
     """Move ``job`` from the nodes it holds to ``to_nodes`` at SPB depth ``to_depth``.
 
     Writes the commands (see the module docstring), the node holders, the job's generation,
     depth and state (``running`` when ``to_nodes`` is not empty, else ``queued`` for an
-    active job) and a rescale record. Nothing happens when neither set nor depth changes.
+    active job) and a rescale record. Nothing happens when neither set nor depth changes
+    (:func:`unchanged`). ``from_nodes``: the nodes the job holds, sorted, when the caller
+    read them in this transaction (:func:`holdings`); else they are read here.
     """
-    from_nodes = held_nodes(session, job.id)
+    if from_nodes is None:
+        from_nodes = held_nodes(session, job.id)
     to_nodes = sorted(to_nodes)
-    if from_nodes == to_nodes and (job.spb_depth == to_depth or not to_nodes):
+    if unchanged(job, from_nodes, to_nodes, to_depth):
         return
     agents = {
         a.node: a

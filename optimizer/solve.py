@@ -46,8 +46,9 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     :func:`interstice.optimizer.policies.greedy_choice`). Otherwise the options that cannot
     beat the greedy answer are dropped (exact reduction (iii) of the formulation) and the
     backend solves the rest, from the greedy answer. When the time limit ends without a
-    proof, the solver's best incumbent is returned (``feasible``); with no incumbent, the
-    greedy allocation (``fallback``, backend ``greedy``). Never an empty answer.
+    proof, the solver's best incumbent is returned (``feasible``); with no incumbent, or
+    one worth less than the greedy answer, the greedy allocation (``fallback``, backend
+    ``greedy``). So the answer is never worth less than the greedy one, and never empty.
 
     Args:
         problem: the instance; ``problem.time_limit_s`` bounds the solver.
@@ -93,7 +94,8 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     reduced = options.subset(keep)
     hint = np.searchsorted(kept, greedy_chosen)
     answer = module.solve(reduced, capacity, remaining_s, hint)
-    if answer.values is None:
+    chosen = None if answer.values is None else kept[chosen_options(reduced, answer.values)]
+    if chosen is None or options.value[chosen].sum() < options.value[greedy_chosen].sum():
         return make_allocation(
             problem,
             options,
@@ -106,7 +108,7 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     return make_allocation(
         problem,
         options,
-        kept[chosen_options(reduced, answer.values)],
+        chosen,
         status=answer.status,
         backend=backend,
         termination=answer.termination,

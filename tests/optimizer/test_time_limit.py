@@ -48,6 +48,24 @@ def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> 
     assert sum(a.node_count for a in allocation.jobs) > 0
 
 
+@pytest.mark.parametrize("module", [cbc_backend, cpsat_backend])
+def test_an_incumbent_worse_than_greedy_is_not_applied(large_table, monkeypatch, module) -> None:
+    # At its time limit a solver may hold an incumbent worse than the greedy it started
+    # from: the answer must never be worth less than the greedy one.
+    def all_zero(options, capacity, time_limit_s, hint):
+        values = np.zeros(len(options.count))
+        values[options.start[:-1]] = 1.0  # every job at its first (zero-node) option
+        return BackendAnswer(values=values, status="feasible", termination="FEASIBLE")
+
+    monkeypatch.setattr(module, "solve", all_zero)
+    problem = random_problem(large_table, jobs=20, nodes=100, seed=4)  # capacity binds
+    allocation = solve(problem, backend=module.__name__.rsplit(".", 1)[1])
+    assert (allocation.status, allocation.backend) == ("fallback", "greedy")
+    assert allocation.termination == "FEASIBLE"
+    assert sum(a.node_count for a in allocation.jobs) > 0
+    assert problem.evaluate(allocation) == pytest.approx(allocation.objective)
+
+
 def test_cbc_that_fails_to_run_falls_back_and_says_why(large_table, monkeypatch) -> None:
     def broken(self, solver=None, **kwargs):
         raise pulp.PulpSolverError("Pulp: cannot execute cbc")
