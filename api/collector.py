@@ -1,50 +1,60 @@
 """The service's regime for Python's cyclic garbage collector.
 
 CPython runs a full (generation 2) collection whenever the objects promoted since the last
-one exceed a quarter of the long-lived heap. A service with thousands of parked long-polls
-promotes every poll's request, coroutines and futures (about 200 objects each, they live for
-the poll's wait), so at 5,000 agents a full collection ran every 3-9 s and stopped the
-interpreter for 0.7-1.0 s each time (measured with ``gc.callbacks`` under
-``bench/agents_load.py --agents 5000``: about 1 million tracked objects, of which each
-collection freed 20-900): every request in flight, a reclaim included, waited for it.
+one exceed a quarter of the long-lived heap, and a full collection examines every tracked
+object. A service with thousands of parked long-polls promotes every poll's request,
+coroutines and futures (about 200 objects each, alive for the poll's wait), so at 5,000
+agents a full collection ran every 3-9 s and stopped the interpreter for 0.7-1.0 s each
+time (measured with ``gc.callbacks`` under ``bench/agents_load.py --agents 5000``: about one
+million tracked objects, of which each collection freed 20-900): every request in flight, a
+reclaim included, waited for it. Collecting once a minute instead still paused 0.8 s; with
+a freeze every second the longest full collection of a run took 0.14 s.
 
-:func:`full_collections_every` turns the automatic full collections off (generation 2's
-threshold set beyond reach; the young generations are collected as before) and runs one
-every ``interval_s`` instead, so the pause comes once per interval. Cyclic garbage that
-reached generation 2 waits at most that long to be freed.
+:func:`freezing_every` calls ``gc.freeze()`` every ``interval_s``: the objects alive then
+move to the permanent generation, which collections skip, so a full collection examines only
+what was promoted since the last freeze. Frozen objects are still freed when their last
+reference goes (reference counting is untouched); only reference cycles among them wait, for
+the full collection of everything (``gc.unfreeze()``, ``gc.collect()``) that runs every
+:data:`THAW_EVERY_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-NEVER = 2**31 - 1
-"""A generation-2 threshold that young collections never reach."""
+THAW_EVERY_S = 3600.0
+"""How often the frozen objects are collected with the others, seconds: the longest a
+reference cycle among them waits to be freed."""
 
 
 @asynccontextmanager
-async def full_collections_every(interval_s: float) -> AsyncIterator[None]:
-    """Within the block, a full collection every ``interval_s`` seconds on the running
-    loop instead of CPython's automatic ones; the previous thresholds come back at its end.
-    ``interval_s`` 0 leaves the collector as it is."""
+async def freezing_every(interval_s: float) -> AsyncIterator[None]:
+    """Within the block, ``gc.freeze()`` every ``interval_s`` seconds on the running loop,
+    and every :data:`THAW_EVERY_S` a full collection of every object; the frozen objects
+    are handed back to the collector at its end. ``interval_s`` 0 leaves the collector as it
+    is."""
     if interval_s <= 0:
         yield
         return
-    thresholds = gc.get_threshold()
-    gc.set_threshold(thresholds[0], thresholds[1], NEVER)
 
-    async def collect_forever() -> None:
+    async def freeze_forever() -> None:
+        thawed_at = time.monotonic()
         while True:
             await asyncio.sleep(interval_s)
-            gc.collect()
+            if time.monotonic() - thawed_at >= THAW_EVERY_S:
+                gc.unfreeze()
+                gc.collect()
+                thawed_at = time.monotonic()
+            gc.freeze()
 
-    task = asyncio.create_task(collect_forever(), name="interstice-gc")
+    task = asyncio.create_task(freeze_forever(), name="interstice-gc")
     try:
         yield
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        gc.set_threshold(*thresholds)
+        gc.unfreeze()

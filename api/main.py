@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from interstice.api import db as database
 from interstice.api import limits
-from interstice.api.collector import full_collections_every
+from interstice.api.collector import freezing_every
 from interstice.api.control import ControlLoop, Solver, optimizer_solver
 from interstice.api.deps import known_query
 from interstice.api.metrics import Metrics, RequestLatency
@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
         await control.start()
         service.acks.start()
         try:
-            async with full_collections_every(settings.full_gc_interval_s):
+            async with freezing_every(settings.gc_freeze_interval_s):
                 yield
         finally:
             await service.acks.stop()

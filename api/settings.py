@@ -45,9 +45,9 @@ class Settings(BaseSettings):
             this parallel efficiency, in [0, 1]; 0 counts its ``max_nodes``
             (:func:`interstice.optimizer.admission.usable_nodes`).
         db_wait_s: how long start-up waits for the database, seconds.
-        full_gc_interval_s: Python's full garbage collections run this often instead of
-            when CPython decides (:mod:`interstice.api.collector`), seconds; 0 keeps
-            CPython's own regime.
+        gc_freeze_interval_s: the objects alive are moved out of the garbage collector's
+            way this often (``gc.freeze()``, :mod:`interstice.api.collector`), seconds; 0
+            keeps CPython's own regime.
         bootstrap_admin_token: when set, this bearer token is stored as an ``admin`` token at
             start (for deployments that cannot run ``interstice token create`` first).
         log_level: uvicorn log level.
@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     max_active_jobs: int | None = Field(default=None, ge=1)
     admission_efficiency: float = Field(default=ADMISSION_EFFICIENCY, ge=0, le=1)
     db_wait_s: float = Field(default=30.0, ge=0)
-    full_gc_interval_s: float = Field(default=60.0, ge=0)
+    gc_freeze_interval_s: float = Field(default=1.0, ge=0)
     bootstrap_admin_token: SecretStr | None = None
     log_level: str = "info"
 

@@ -1,4 +1,6 @@
-"""The service's garbage-collection regime: full collections on its interval, not CPython's."""
+"""The service's garbage-collection regime: live objects frozen out of the collector's way,
+reference cycles among them still freed by the periodic thaw, everything handed back at the
+end."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import gc
 import time
 import weakref
 
-from interstice.api.collector import NEVER, full_collections_every
+import pytest
+from interstice.api import collector
+from interstice.api.collector import freezing_every
 
 
 class Cycle:
@@ -17,40 +21,45 @@ class Cycle:
         self.me = self
 
 
-async def _garbage_in_generation_2() -> weakref.ref[Cycle]:
-    cycle = Cycle()
-    gc.collect(1)  # it survives the young generations: now it lies in generation 2
-    ref = weakref.ref(cycle)
-    del cycle
-    gc.collect(1)  # a young collection does not look at generation 2
-    assert ref() is not None
-    return ref
+async def _until(condition, timeout_s: float = 5.0) -> float:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    while not condition() and time.monotonic() - started < timeout_s:
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started if condition() else float("inf")
 
 
-def test_full_collections_run_every_interval_and_the_thresholds_come_back() -> None:
-    before = gc.get_threshold()
+def test_live_objects_are_frozen_and_cycles_among_them_freed_by_the_thaw(monkeypatch) -> None:
+    monkeypatch.setattr(collector, "THAW_EVERY_S", 1.0)
 
-    async def scenario() -> tuple[float, tuple[int, int, int]]:
-        async with full_collections_every(0.3):
-            during = gc.get_threshold()
-            ref = await _garbage_in_generation_2()
-            started = time.monotonic()
-            while ref() is not None and time.monotonic() - started < 5:
-                await asyncio.sleep(0.02)
-            freed_after_s = time.monotonic() - started if ref() is None else float("inf")
-        return freed_after_s, during
+    async def scenario() -> tuple[bool, bool, float]:
+        async with freezing_every(0.1):
+            cycle = Cycle()
+            ref = weakref.ref(cycle)
+            await _until(lambda: gc.get_freeze_count() > 0)
+            frozen = gc.get_freeze_count() > 0
+            del cycle
+            gc.collect()  # a full collection skips the frozen cycle...
+            skipped = ref() is not None
+            freed_after_s = await _until(lambda: ref() is None)  # ...the thaw frees it
+        return frozen, skipped, freed_after_s
 
-    freed_after_s, during = asyncio.run(scenario())
-    assert during == (before[0], before[1], NEVER)  # no automatic full collection
-    assert freed_after_s < 2  # the interval's collection freed the cycle
-    assert gc.get_threshold() == before
+    frozen, skipped, freed_after_s = asyncio.run(scenario())
+    assert frozen
+    assert skipped
+    assert freed_after_s < 3
+    assert gc.get_freeze_count() == 0  # handed back at the end
 
 
 def test_interval_zero_leaves_the_collector_as_it_is() -> None:
-    before = gc.get_threshold()
+    async def scenario() -> int:
+        async with freezing_every(0):
+            await asyncio.sleep(0.2)
+            return gc.get_freeze_count()
 
-    async def scenario() -> tuple[int, int, int]:
-        async with full_collections_every(0):
-            return gc.get_threshold()
+    assert asyncio.run(scenario()) == 0
 
-    assert asyncio.run(scenario()) == before
+
+@pytest.fixture(autouse=True)
+def _nothing_frozen_after():  # type: ignore[no-untyped-def]
+    yield
+    gc.unfreeze()
