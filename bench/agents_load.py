@@ -19,7 +19,9 @@ JSON lines:
   ``event_post_p50_s`` / ``event_post_p99_s`` (the scheduler's ``POST /v1/nodes/events``
   answered: the write path alone), ``server_cpu_share``: the service process's CPU seconds
   over the phase's wall seconds (1.0 = one core busy), ``client_cpu_share`` (this load
-  generator's), with the machine's ``load1_at_end``.
+  generator's), ``client_gc_pause_max_s`` (this process's longest garbage collection: it
+  stops every simulated agent at once; ``--client-gc-freeze-s``), with the machine's
+  ``load1_at_end``.
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -47,6 +50,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psutil
+from interstice.api.collector import freezing_every
 from served import served
 
 MAX_AGENTS = 20000
@@ -222,8 +226,33 @@ def quantiles(values: list[float]) -> tuple[float | None, float | None]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
+class PauseClock:
+    """The longest pause of this process's garbage collector since :meth:`reset`, seconds
+    (``gc.callbacks``): it stops every simulated agent at once, so it is in every latency."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
+
+    def reset(self) -> None:
+        self.longest_s = 0.0
+
+
 async def run(args: argparse.Namespace, url: str) -> None:
+    async with freezing_every(args.client_gc_freeze_s):
+        await simulate(args, url)
+
+
+async def simulate(args: argparse.Namespace, url: str) -> None:
     stats = Stats()
+    pauses = PauseClock()
     stop = asyncio.Event()
     agent_auth = {"Authorization": f"Bearer {args.tokens['agent']}"}
     tls = ssl.create_default_context()  # shared: building one per client costs ~0.2 s each
@@ -322,6 +351,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
         server = psutil.Process(args.server_pid)
         cpu_before = sum(server.cpu_times()[:2])
         own_cpu_before = sum(psutil.Process().cpu_times()[:2])
+        pauses.reset()
         began = time.perf_counter()
         await scheduler(client, stats, args, stop)
         await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
@@ -369,6 +399,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 "event_post_p99_s": event_post[1],
                 "server_cpu_share": round(server_cpu_share, 2),
                 "client_cpu_share": round(client_cpu_share, 2),
+                "client_gc_pause_max_s": round(pauses.longest_s, 3),
                 "load1_at_end": os.getloadavg()[0],
             }
             | solver
@@ -391,6 +422,14 @@ def main() -> None:
         "--separate-heartbeats",
         action="store_true",
         help="agents of protocol version 2: a heartbeat request apart from each long-poll",
+    )
+    parser.add_argument(
+        "--client-gc-freeze-s",
+        type=float,
+        default=1.0,
+        help="this process's garbage-collection regime, as the service's "
+        "gc_freeze_interval_s (0: CPython's own): real agents are separate processes, "
+        "whose collections do not stop each other",
     )
     args = parser.parse_args()
     if not 1 <= args.agents <= MAX_AGENTS:
