@@ -291,12 +291,14 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
             target = sorted(n for n in share.node_names if n in pool)
             if len(target) < job.min_nodes:
                 target = []
-            if not state.unchanged(job, held.get(job.id, []), target, share.spb_depth):
-                growth = len(target) - len(held.get(job.id, ()))
+            from_nodes = held.get(job.id, [])
+            if not state.unchanged(job, from_nodes, target, share.spb_depth):
+                growth = len(target) - len(from_nodes)
                 moves.append((growth, job.id, job, target, share.spb_depth))
         holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
         for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
+            from_nodes = held.get(job.id, [])  # as the moves before this one left them
             state.move_job(
                 session,
                 job,
@@ -305,10 +307,10 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                 reason="allocation",
                 deadline=utcnow() + timedelta(seconds=seconds),
                 changes=changes,
-                from_nodes=held.get(job.id, []),
+                from_nodes=from_nodes,
             )
             # the moves after this one see its nodes as it left them
-            for node in held.get(job.id, []):
+            for node in from_nodes:
                 holder.pop(node, None)
             for node in target:
                 if holder.get(node, job.id) != job.id:

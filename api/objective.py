@@ -33,8 +33,8 @@ DEFAULT_OBJECTIVE: dict[str, Any] = {
 event, so a solve's limit is part of how late a freed node gets its job; at the limit the
 solver's best incumbent is applied, never one worth less than the greedy answer
 (:func:`interstice.optimizer.solve`). At 5,000 agents the 10 s it had let single solves of
-250 identical jobs run for seconds (allocation p99 8.8 s); 0.2 s met the 2 s goal (README,
-"Load")."""
+250 identical jobs run for seconds (allocation p99 8.8 s); with 0.2 s it was 1.74-3.53 s
+over four runs (README, "Load")."""
 
 
 def stored(session: Session) -> schemas.ObjectivePublic:
