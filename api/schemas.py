@@ -677,6 +677,8 @@ class ObjectivePublic(BaseModel):
         backend: MILP backend, ``cbc`` or ``cpsat``.
         time_limit_s: solver wall-clock limit per solve, seconds (default 0.2: at the
             limit the best incumbent is applied, never worse than the greedy answer).
+        relative_gap: a solve stops once its answer is proven within this fraction of the
+            optimal objective, in [0, 1) (default 1e-3; 0 asks for a proof of optimality).
     """
 
     throughput: float
@@ -689,6 +691,7 @@ class ObjectivePublic(BaseModel):
     horizon_s: float | Literal["auto"]
     backend: Backend
     time_limit_s: float
+    relative_gap: float
 
 
 def _horizon_bounds(schema: dict[str, Any]) -> None:
@@ -725,6 +728,7 @@ class ObjectiveUpdate(Request):
     )
     backend: Backend | None = None
     time_limit_s: float | None = Field(default=None, gt=0, le=3600)
+    relative_gap: float | None = Field(default=None, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _positive_horizon(self) -> "ObjectiveUpdate":

@@ -47,11 +47,15 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
     return model, z
 
 
-def run(model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float) -> BackendAnswer:
-    """Solve ``model`` within ``time_limit_s`` seconds.
+def run(
+    model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float, relative_gap: float = 0.0
+) -> BackendAnswer:
+    """Solve ``model`` within ``time_limit_s`` seconds, stopping once the incumbent is proven
+    within ``relative_gap`` of the optimum (CBC's ``ratioGap``, PuLP's ``gapRel``).
 
     Returns:
-        The binaries' values; status ``optimal`` if CBC proved it, ``feasible`` for an
+        The binaries' values; status ``optimal`` if CBC proved it (within ``relative_gap``),
+        ``feasible`` for an
         incumbent at the time limit, ``None`` with no incumbent (or when CBC failed to run,
         with termination ``error: ...``).
     """
@@ -62,7 +66,9 @@ def run(model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float) ->
     # to ``pulp[cbc]`` + COIN_CMD.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, **CBC_OPTIONS)
+        solver = pulp.PULP_CBC_CMD(
+            msg=False, timeLimit=time_limit_s, gapRel=relative_gap or None, **CBC_OPTIONS
+        )
     try:
         model.solve(solver)
     except pulp.PulpSolverError as exc:  # CBC missing or crashed: no incumbent, say why
@@ -78,7 +84,13 @@ def run(model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float) ->
     return BackendAnswer(values=values, status=status, termination=termination)
 
 
-def solve(options: Options, capacity: int, time_limit_s: float, hint: np.ndarray) -> BackendAnswer:
+def solve(
+    options: Options,
+    capacity: int,
+    time_limit_s: float,
+    hint: np.ndarray,
+    relative_gap: float = 0.0,
+) -> BackendAnswer:
     """Build and solve the formulation with CBC.
 
     Args:
@@ -87,6 +99,7 @@ def solve(options: Options, capacity: int, time_limit_s: float, hint: np.ndarray
         time_limit_s: wall-clock limit of CBC, seconds.
         hint: the greedy choice; unused: a CBC warm start (PuLP writes it to an .mst file)
             made CBC slower, not faster, on the benchmark instances.
+        relative_gap: stop once proven within this fraction of the optimum (0: optimal).
     """
     model, z = build(options, capacity)
-    return run(model, z, time_limit_s)
+    return run(model, z, time_limit_s, relative_gap)

@@ -69,15 +69,18 @@ def build(options: Options, capacity: int) -> cp_model.CpModel:
     return model
 
 
-def run(model: cp_model.CpModel, time_limit_s: float) -> BackendAnswer:
-    """Solve ``model`` within ``time_limit_s`` seconds, log off.
+def run(model: cp_model.CpModel, time_limit_s: float, relative_gap: float = 0.0) -> BackendAnswer:
+    """Solve ``model`` within ``time_limit_s`` seconds, log off, stopping once the incumbent
+    is proven within ``relative_gap`` of the optimum (CP-SAT's ``relative_gap_limit``).
 
     Returns:
         The binaries' values; status ``optimal`` if CP-SAT proved it (for the scaled
-        objective), ``feasible`` for an incumbent at the time limit, ``None`` with none.
+        objective, within ``relative_gap``), ``feasible`` for an incumbent at the time limit,
+        ``None`` with none.
     """
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.relative_gap_limit = relative_gap
     for name, value in SEARCH_PARAMETERS.items():
         setattr(solver.parameters, name, value)
     code = solver.solve(model)
@@ -92,7 +95,13 @@ def run(model: cp_model.CpModel, time_limit_s: float) -> BackendAnswer:
     return BackendAnswer(values=values, status=status, termination=termination)
 
 
-def solve(options: Options, capacity: int, time_limit_s: float, hint: np.ndarray) -> BackendAnswer:
+def solve(
+    options: Options,
+    capacity: int,
+    time_limit_s: float,
+    hint: np.ndarray,
+    relative_gap: float = 0.0,
+) -> BackendAnswer:
     """Build and solve the formulation with CP-SAT, starting from ``hint``.
 
     Args:
@@ -101,10 +110,11 @@ def solve(options: Options, capacity: int, time_limit_s: float, hint: np.ndarray
         time_limit_s: wall-clock limit of the search, seconds.
         hint: shape (jobs,), a feasible choice (the greedy one) given as the solution hint:
             it cut CP-SAT's CPU time by about a third on 200 jobs x 10,000 nodes.
+        relative_gap: stop once proven within this fraction of the optimum (0: optimal).
     """
     model = build(options, capacity)
     model.proto.solution_hint.vars.extend(range(len(options.count)))
     on = np.zeros(len(options.count), dtype=np.int64)
     on[hint] = 1
     model.proto.solution_hint.values.extend(on.tolist())
-    return run(model, time_limit_s)
+    return run(model, time_limit_s, relative_gap)

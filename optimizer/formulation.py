@@ -115,8 +115,11 @@ Solving (:func:`interstice.optimizer.solve`): the LP relaxation of (1)-(2) is so
 by the greedy over each job's upper concave hull of (n, v) (Sinha & Zoltners); when that LP
 optimum is integral (no hull step had to be cut: the idle pool covers every worthwhile step,
 or runs out exactly at one) it is the MILP optimum and no solver runs (backend ``greedy``,
-termination ``lp-integral``). Otherwise reduction (iii) runs, then CBC or CP-SAT solves
-(1)-(2) over the kept options, with the greedy answer as CP-SAT's hint and as the fallback.
+termination ``lp-integral``). With ``Problem.relative_gap`` g > 0, a greedy answer within g
+of L(lambda) is returned as it is (termination ``within-gap``). Otherwise reduction (iii)
+runs, then CBC or CP-SAT solves (1)-(2) over the kept options, with the greedy answer as
+CP-SAT's hint and as the fallback, and stops once its incumbent is proven within g of the
+optimum (CP-SAT's ``relative_gap_limit``, CBC's ``ratioGap``).
 """
 
 from __future__ import annotations
@@ -230,6 +233,19 @@ the incumbent by more than this share of the incumbent's value (covers the solve
 tolerances and CP-SAT's integer scaling, at most 200 jobs x 1e-9 of the largest value)."""
 
 
+def lp_bound(options: Options, capacity: int, price: float) -> float:
+    """L(lambda) of reduction (iii): an upper bound on every solution of (1)-(2), the LP
+    relaxation's optimum when ``price`` is the LP's node price.
+
+    Args:
+        options: the scored options.
+        capacity: number of idle nodes N.
+        price: lambda >= 0, value per node.
+    """
+    best = np.maximum.reduceat(options.value - price * options.count, options.start[:-1])
+    return float(price * capacity + best.sum())
+
+
 def bound_reduction(
     options: Options, capacity: int, price: float, incumbent: np.ndarray
 ) -> np.ndarray:
@@ -247,7 +263,7 @@ def bound_reduction(
     """
     reduced = options.value - price * options.count  # v_j(n, d) - lambda n
     best = np.maximum.reduceat(reduced, options.start[:-1])  # u_j
-    bound = price * capacity + best.sum()  # L(lambda), an upper bound on the MILP
+    bound = lp_bound(options, capacity, price)
     option_bound = bound - best[options.job] + reduced  # L(lambda) with option k forced
     target = options.value[incumbent].sum()
     keep = option_bound >= target - BOUND_TOLERANCE * max(abs(target), 1.0)

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Frozen = ConfigDict(frozen=True, extra="forbid")
 
 SolveStatus = Literal["optimal", "feasible", "fallback"]
-"""``optimal``: proven optimal (or trivial: no jobs, or nothing to give); ``feasible``: the
+"""``optimal``: proven optimal, or proven within ``Problem.relative_gap`` of the optimum when
+that is above 0 (or trivial: no jobs, or nothing to give); ``feasible``: the
 solver's best incumbent at the time limit, or a policy's answer (``greedy``,
 ``equal_share``) asked for directly; ``fallback``: the solver had no incumbent at the time
 limit, so the answer is the greedy marginal-gain allocation."""
@@ -434,6 +435,9 @@ class Problem(BaseModel):
         weights: objective weights.
         horizon_s: forecast horizon H, seconds, > 0.
         time_limit_s: solver wall-clock limit, seconds, > 0.
+        relative_gap: the solver stops once its answer is proven within this fraction of the
+            optimum, (bound - value) / bound <= relative_gap, in [0, 1); 0 (the default)
+            asks for a proof of optimality. Gurobi's and CPLEX's default MIP gap is 1e-4.
     """
 
     model_config = Frozen
@@ -444,6 +448,7 @@ class Problem(BaseModel):
     weights: Weights = Weights()
     horizon_s: float = Field(gt=0)
     time_limit_s: float = Field(default=10.0, gt=0)
+    relative_gap: float = Field(default=0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> Problem:

@@ -7,7 +7,7 @@ import time
 from typing import Literal
 
 import numpy as np
-from interstice.optimizer.formulation import Options, bound_reduction, build_options
+from interstice.optimizer.formulation import Options, bound_reduction, build_options, lp_bound
 from interstice.optimizer.placement import make_allocation
 from interstice.optimizer.policies import greedy_choice
 from interstice.optimizer.problem import Allocation, Problem
@@ -17,6 +17,10 @@ BACKENDS: tuple[Backend, ...] = ("cbc", "cpsat")
 
 LP_INTEGRAL = "lp-integral"
 """Termination of an answer proven optimal by the greedy LP relaxation, no solver called."""
+
+WITHIN_GAP = "within-gap"
+"""Termination of a greedy answer proven within ``Problem.relative_gap`` of the optimum by the
+LP bound, no solver called."""
 
 
 def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
@@ -45,7 +49,10 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     termination ``lp-integral``; see
     :func:`interstice.optimizer.policies.greedy_choice`). Otherwise the options that cannot
     beat the greedy answer are dropped (exact reduction (iii) of the formulation) and the
-    backend solves the rest, from the greedy answer. When the time limit ends without a
+    backend solves the rest, from the greedy answer. With ``problem.relative_gap`` g > 0
+    "optimal" means proven within g of the optimum: the greedy answer itself when the LP
+    bound proves it (backend ``greedy``, termination ``within-gap``), else the backend
+    stops at that gap. When the time limit ends without a
     proof, the solver's best incumbent is returned (``feasible``); with no incumbent, or
     one worth less than the greedy answer, the greedy allocation (``fallback``, backend
     ``greedy``). So the answer is never worth less than the greedy one, and never empty.
@@ -87,15 +94,27 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             termination=LP_INTEGRAL,
             started_s=started_s,
         )
+    greedy_value = options.value[greedy_chosen].sum()
+    bound = lp_bound(options, capacity, price)
+    if bound - greedy_value <= problem.relative_gap * abs(bound):
+        return make_allocation(
+            problem,
+            options,
+            greedy_chosen,
+            status="optimal",
+            backend="greedy",
+            termination=WITHIN_GAP,
+            started_s=started_s,
+        )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
     remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
     keep = bound_reduction(options, capacity, price, greedy_chosen)  # reduction (iii)
     kept = np.flatnonzero(keep)
     reduced = options.subset(keep)
     hint = np.searchsorted(kept, greedy_chosen)
-    answer = module.solve(reduced, capacity, remaining_s, hint)
+    answer = module.solve(reduced, capacity, remaining_s, hint, problem.relative_gap)
     chosen = None if answer.values is None else kept[chosen_options(reduced, answer.values)]
-    if chosen is None or options.value[chosen].sum() < options.value[greedy_chosen].sum():
+    if chosen is None or options.value[chosen].sum() < greedy_value:
         return make_allocation(
             problem,
             options,

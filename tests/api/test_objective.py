@@ -21,10 +21,12 @@ def test_objective_defaults_changes_and_audit(api) -> None:
         "horizon_s": "auto",
         "backend": "cpsat",
         "time_limit_s": 0.2,
+        "relative_gap": 1e-3,
     }
-    r = api.call("PUT", "/v1/objective", "admin", json={"horizon_s": 600, "backend": "cbc"})
+    change = {"horizon_s": 600, "backend": "cbc", "relative_gap": 0}
+    r = api.call("PUT", "/v1/objective", "admin", json=change)
     assert r.status_code == 200
-    after = before | {"horizon_s": 600.0, "backend": "cbc"}
+    after = before | {"horizon_s": 600.0, "backend": "cbc", "relative_gap": 0.0}
     assert r.json() == after == api.call("GET", "/v1/objective", "admin").json()
     (entry,) = _audit(api, "objective.update")
     assert (entry["actor"], entry["action"], entry["old"], entry["new"]) == (
@@ -48,6 +50,10 @@ def test_bad_objective_values_name_the_field(api) -> None:
     r = api.call("PUT", "/v1/objective", "admin", json={"early_finish": 1.5})
     assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
         (["body", "early_finish"], "Input should be less than or equal to 1")
+    ]
+    r = api.call("PUT", "/v1/objective", "admin", json={"relative_gap": 1})
+    assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+        (["body", "relative_gap"], "Input should be less than 1")
     ]
     assert _audit(api, "objective.update") == []
 
@@ -111,11 +117,13 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         "churn": 0.1,
         "early_finish": 0.0,
     }
-    assert api.call("PUT", "/v1/objective", "admin", json=weights).status_code == 200
+    limits = {"time_limit_s": 3.0, "relative_gap": 0.01}
+    assert api.call("PUT", "/v1/objective", "admin", json=weights | limits).status_code == 200
     api.register("n1", report_idle=True)
     api.submit(min_nodes=1, max_nodes=1)
     problem, _ = build_problem(api.app.state.service)
     assert problem.weights == Weights(**weights)
+    assert (problem.time_limit_s, problem.relative_gap) == (3.0, 0.01)
 
 
 def test_scalability_upload_replaces_the_table(api) -> None:

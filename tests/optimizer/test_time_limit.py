@@ -36,7 +36,7 @@ def test_tiny_limit_on_a_large_instance_answers_validly(large_table, backend: st
 
 @pytest.mark.parametrize("module", [cbc_backend, cpsat_backend])
 def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> None:
-    def no_incumbent(options, capacity, time_limit_s, hint):
+    def no_incumbent(options, capacity, time_limit_s, hint, relative_gap):
         return BackendAnswer(values=None, status=None, termination="UNKNOWN")
 
     monkeypatch.setattr(module, "solve", no_incumbent)
@@ -52,7 +52,7 @@ def test_no_incumbent_falls_back_to_greedy(large_table, monkeypatch, module) -> 
 def test_an_incumbent_worse_than_greedy_is_not_applied(large_table, monkeypatch, module) -> None:
     # At its time limit a solver may hold an incumbent worse than the greedy it started
     # from: the answer must never be worth less than the greedy one.
-    def all_zero(options, capacity, time_limit_s, hint):
+    def all_zero(options, capacity, time_limit_s, hint, relative_gap):
         values = np.zeros(len(options.count))
         values[options.start[:-1]] = 1.0  # every job at its first (zero-node) option
         return BackendAnswer(values=values, status="feasible", termination="FEASIBLE")

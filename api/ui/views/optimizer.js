@@ -10,7 +10,8 @@ import { el, failure, fill, num, panel, table, time } from "../fmt.js";
 const SOLVES_SHOWN = 15;
 const SOLVES_NOTE =
   "Backend greedy with status optimal: the greedy allocation solved the LP relaxation with whole numbers, " +
-  "so it is optimal and the MILP backend set below was not needed; greedy with status fallback: the " +
+  "so it is optimal and the MILP backend set below was not needed (termination within-gap: proven within " +
+  "the relative gap); greedy with status fallback: the " +
   "backend found no answer in the time limit. Rescales: jobs whose node count or SPB depth the solve changed.";
 // The objective's fields: [name, input type, help]
 const FIELDS = [
@@ -24,6 +25,7 @@ const FIELDS = [
   ["horizon_s", "text", "forecast horizon, seconds, or auto"],
   ["backend", "select", "MILP backend"],
   ["time_limit_s", "number", "solver time limit, seconds"],
+  ["relative_gap", "number", "stop within this fraction of the optimum, 0..1 (0: prove optimal)"],
 ];
 
 export function mount(section) {
