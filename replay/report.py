@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from interstice.replay.simulator import ReplayResult
+from interstice.replay.simulator import PAUSE_CAUSES, ReplayResult
 
 RATIO_FIGURES = (
     "goodput_samples",
@@ -44,6 +44,11 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         finished jobs),
         ``wait_mean_s`` (submission to first node, over the jobs that got one),
         ``lost_samples`` (progress thrown away by kills: the rigid baseline's),
+        ``efficiency_loss`` (per cause of a rescale pause,
+        :data:`~interstice.replay.simulator.PAUSE_CAUSES`, the dedicated samples the paused
+        nodes would have trained, over ``dedicated_samples``: 1 - ``efficiency`` is their
+        sum, plus progress made at an SPB depth below the best one's and a rigid job's
+        ``lost_samples``),
         ``rescales``, ``preemptions``,
         solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
         ``statuses`` and ``replay_wall_s``.
@@ -80,6 +85,12 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "jct_p95_s": float(np.percentile(jct_s, 95)) if finished else None,
         "wait_mean_s": sum(waits_s) / len(waits_s) if waits_s else None,
         "lost_samples": sum(rec.lost_goodput for rec in jobs),
+        "efficiency_loss": {
+            cause: sum(rec.pause_loss.get(cause, 0.0) for rec in jobs) / dedicated
+            if dedicated
+            else None
+            for cause in PAUSE_CAUSES
+        },
         "rescales": sum(rec.rescales for rec in jobs),
         "preemptions": sum(rec.preemptions for rec in jobs),
         "solves": result.solves,

@@ -122,6 +122,13 @@ class ReplayOptions:
     skip_equivalent: bool = True
 
 
+PAUSE_CAUSES = ("start", "grow", "shrink", "depth", "reclaim")
+"""Why a job pauses: the policy starts it (0 -> n nodes), grows it, shrinks it (to n > 0) or
+changes its depth on the same nodes; or a reclaim takes some of its nodes (a reclaim that
+takes them all, or leaves it below ``min_nodes``, stops it, which costs no pause: its restart
+is a ``start``)."""
+
+
 @dataclass
 class JobRecord:
     """One job's state and totals during a replay.
@@ -141,6 +148,9 @@ class JobRecord:
         preemptions: events at which it lost a reclaimed node.
         first_node_s: when it first held a node, or ``None``.
         lost_goodput: progress thrown away (a rigid job's work since its last checkpoint).
+        pause_cause: what began or last lengthened its current pause (:data:`PAUSE_CAUSES`).
+        pause_loss: dedicated samples its nodes would have trained during its pauses, per
+            cause: what the pauses cost its efficiency.
         progress_points: ``(t_s, goodput)`` at every change of its rate; progress is linear
             between them but for rescale pauses.
     """
@@ -159,6 +169,8 @@ class JobRecord:
     preemptions: int = 0
     first_node_s: float | None = None
     lost_goodput: float = 0.0
+    pause_cause: str = ""
+    pause_loss: dict[str, float] = field(default_factory=dict)
     progress_points: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -310,6 +322,10 @@ class Replay:
             if not rec.nodes:
                 continue
             rec.dedicated_samples += self.dedicated_rate[j] * dt
+            paused_s = min(to_s, rec.paused_until_s) - now_s
+            if paused_s > 0:
+                lost = rec.pause_loss.get(rec.pause_cause, 0.0)
+                rec.pause_loss[rec.pause_cause] = lost + self.dedicated_rate[j] * paused_s
             if j in finishing:  # exact arithmetic at the completion time
                 run_s = (rec.spec.total_samples - rec.goodput) / self.progress_rate[j]
                 rec.goodput = rec.spec.total_samples
@@ -324,20 +340,25 @@ class Replay:
 
     # -- changes to a job -------------------------------------------------------------------
 
-    def set_nodes(self, j: int, nodes: set[int], spb_depth: int, now_s: float) -> None:
-        """Give job ``j`` exactly ``nodes`` at ``spb_depth``, charging the rescale pause."""
+    def set_nodes(
+        self, j: int, nodes: set[int], spb_depth: int, now_s: float, *, reclaim: bool = False
+    ) -> None:
+        """Give job ``j`` exactly ``nodes`` at ``spb_depth``, charging the rescale pause (to
+        the cause ``reclaim`` when a reclaim took nodes, else to the policy's change)."""
         rec = self.result.jobs[j]
         old_count, new_count = len(rec.nodes), len(nodes)
         if nodes == rec.nodes and spb_depth == rec.spb_depth:
             return
         rec.progress_points.append((now_s, rec.goodput))
         if new_count > old_count:
-            cost_s = rec.spec.rescale_up_s
+            cost_s, cause = rec.spec.rescale_up_s, "grow" if old_count else "start"
         elif new_count > 0:
             cost_s = rec.spec.rescale_down_s
+            cause = "reclaim" if reclaim else "shrink" if new_count < old_count else "depth"
         else:
-            cost_s = 0.0
-        rec.paused_until_s = max(rec.paused_until_s, now_s + cost_s)
+            cost_s, cause = 0.0, ""
+        if now_s + cost_s > rec.paused_until_s:
+            rec.paused_until_s, rec.pause_cause = now_s + cost_s, cause
         if new_count != old_count or (new_count > 0 and spb_depth != rec.spb_depth):
             rec.rescales += 1
         for node in rec.nodes - nodes:
@@ -364,7 +385,11 @@ class Replay:
             rec.preemptions += 1
             keep = rec.nodes - taken
             self.set_nodes(
-                j, keep if len(keep) >= rec.spec.min_nodes else set(), rec.spb_depth, now_s
+                j,
+                keep if len(keep) >= rec.spec.min_nodes else set(),
+                rec.spb_depth,
+                now_s,
+                reclaim=True,
             )
 
     def complete(self, finishing: set[int], now_s: float) -> None:

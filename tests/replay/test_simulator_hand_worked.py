@@ -30,6 +30,14 @@ def test_grow_then_reclaim(inputs):
     assert result.idle_node_s == pytest.approx(3 * 60 + 4 * 40 + 3 * 100)
     assert result.allocated_node_s == pytest.approx(result.idle_node_s)
     assert sorted(a.nodes) == [1, 2, 3]  # ids of n2, n3, n4
+    # The pauses' cost by cause: 300/s for 10 s (start), 400/s for 10 s (grow), 300/s for 5 s
+    # (reclaim); together dedicated - goodput = 64,000 - 55,500.
+    assert a.pause_loss == pytest.approx({"start": 3000, "grow": 4000, "reclaim": 1500})
+    loss = summarize(result)["efficiency_loss"]
+    assert loss == pytest.approx(
+        {"start": 3 / 64, "grow": 4 / 64, "shrink": 0, "depth": 0, "reclaim": 1.5 / 64}
+    )
+    assert sum(loss.values()) == pytest.approx(1 - summarize(result)["efficiency"])
 
 
 def test_completion_is_an_event_at_its_exact_time(inputs):
