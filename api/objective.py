@@ -38,7 +38,7 @@ solver's best incumbent is applied, never one worth less than the greedy answer
 proven within 0.1 % of the optimum is applied at once. The 52 solves of one such run
 (``bench/agents_load.py --agents 5000 --heartbeat-s 30``, captured and re-solved on an idle
 machine) had the greedy answer within 5.4e-4 of the LP bound (median 2.1e-4) and the
-optimum within 9.3e-5 of it, yet CP-SAT took up to 3.4 s to prove optimality, up to 1.3 s
+optimum within 9.3e-5 of it, yet CP-SAT took up to 3.7 s to prove optimality, up to 1.3 s
 within 1e-4, at most 0.03 s within 1e-3: the symmetry of many identical jobs, not the
 answer, is what costs."""
 
