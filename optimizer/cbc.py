@@ -55,9 +55,8 @@ def run(
 
     Returns:
         The binaries' values; status ``optimal`` if CBC proved it (within ``relative_gap``),
-        ``feasible`` for an
-        incumbent at the time limit, ``None`` with no incumbent (or when CBC failed to run,
-        with termination ``error: ...``).
+        ``feasible`` for an incumbent at the time limit, ``None`` with no incumbent (or when
+        CBC failed to run, with termination ``error: ...``).
     """
     # No ``threads``: CBC 2.10's threaded mode, even at 1 thread, sometimes hung until the
     # time limit on a tiny model (10 s in 1 of 60 runs of one 10-binary model); serial CBC

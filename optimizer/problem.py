@@ -606,7 +606,8 @@ class Allocation(BaseModel):
         objective: objective value of this allocation (what :meth:`Problem.evaluate` returns).
         backend: the solver that ran (``cbc``, ``cpsat``), else what decided: ``greedy``
             (the policy; the MILP's answer when the greedy proved it optimal, termination
-            ``lp-integral``; or its fallback, status ``fallback``), ``equal_share``, or
+            ``lp-integral``, or within ``Problem.relative_gap``, termination ``within-gap``;
+            or its fallback, status ``fallback``), ``equal_share``, or
             ``none`` (nothing to decide: termination ``trivial``).
         solve_time_s: wall-clock seconds, model building included.
         horizon_s: forecast horizon used, seconds.

@@ -52,10 +52,10 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     backend solves the rest, from the greedy answer. With ``problem.relative_gap`` g > 0
     "optimal" means proven within g of the optimum: the greedy answer itself when the LP
     bound proves it (backend ``greedy``, termination ``within-gap``), else the backend
-    stops at that gap. When the time limit ends without a
-    proof, the solver's best incumbent is returned (``feasible``); with no incumbent, or
-    one worth less than the greedy answer, the greedy allocation (``fallback``, backend
-    ``greedy``). So the answer is never worth less than the greedy one, and never empty.
+    stops at that gap. When the time limit ends without a proof, the solver's best incumbent
+    is returned (``feasible``); with no incumbent, or one worth less than the greedy answer,
+    the greedy allocation (``fallback``, backend ``greedy``). So the answer is never worth
+    less than the greedy one, and never empty.
 
     Args:
         problem: the instance; ``problem.time_limit_s`` bounds the solver.
