@@ -1,8 +1,7 @@
 """The control loop: coalesce events, solve off the event loop, apply in one transaction.
 
 Events that change the problem call :meth:`ControlLoop.mark_stale` (from any thread). The
-loop waits for staleness, then until ``debounce_s`` after the first event it has not yet
-solved for (time spent in a previous solve counts), so close events coalesce into one solve,
+loop waits for staleness, sleeps ``debounce_s`` so close events coalesce into one solve,
 snapshots the problem (:func:`build_problem`), runs the solver in a dedicated worker thread
 with the objective's time limit, then writes the allocation and the commands it implies in
 one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
@@ -348,8 +347,6 @@ class ControlLoop:
         self.solver = solver
         self.solves = 0
         self._stale: asyncio.Event | None = None
-        self._stale_since = 0.0
-        """``time.monotonic()`` of the first event since ``_stale`` was last cleared."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
         self._tasks: list[asyncio.Task[None]] = []
@@ -378,13 +375,7 @@ class ControlLoop:
 
     def _stale_here(self) -> None:
         if self._loop is not None and self._stale is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._set_stale)
-
-    def _set_stale(self) -> None:
-        assert self._stale is not None
-        if not self._stale.is_set():
-            self._stale_since = time.monotonic()
-        self._stale.set()
+            self._loop.call_soon_threadsafe(self._stale.set)
 
     async def start(self) -> None:
         """Start the relay, the sweeper and the contention for leadership on the running
@@ -415,7 +406,7 @@ class ControlLoop:
         self.service.leader_since = time.monotonic()
         self._solving = asyncio.create_task(self._solve_forever(), name="interstice-control")
         self.service.metrics.leader.set(1)
-        self._set_stale()
+        self._stale.set()
 
     async def _deposed(self) -> None:
         self.service.leader_since = None
@@ -434,10 +425,7 @@ class ControlLoop:
         settings = self.service.settings
         while True:
             await self._stale.wait()
-            # an event that came during the previous solve has waited already: a solve starts
-            # debounce_s after the first event it covers, not debounce_s after the last solve
-            due = self._stale_since + settings.debounce_s
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await asyncio.sleep(settings.debounce_s)
             self._stale.clear()
             try:
                 await self._solve_once()
@@ -445,7 +433,7 @@ class ControlLoop:
                 log.exception("solve failed; retrying in %.1f s", settings.heartbeat_interval_s)
                 self.service.metrics.solver_status.labels("error").inc()
                 await asyncio.sleep(settings.heartbeat_interval_s)
-                self._set_stale()
+                self._stale.set()
 
     async def _solve_once(self) -> None:
         snapshot = await self._in_thread(build_problem, self.service)

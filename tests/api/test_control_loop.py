@@ -137,37 +137,6 @@ def test_a_reclaim_issues_commands_while_the_solver_is_slow(make_api) -> None:
             release.set()
 
 
-def test_an_event_during_a_solve_does_not_wait_a_second_debounce(make_api) -> None:
-    """An event that arrives while a solve runs has waited ``debounce_s`` by the time that
-    solve ends when the solve took longer: the next solve starts at once, not ``debounce_s``
-    after the end of the previous one."""
-    debounce_s = 3.0
-    calls: list[float] = []
-    solving, release = threading.Event(), threading.Event()
-
-    def held_solver(problem, backend):  # type: ignore[no-untyped-def]
-        calls.append(time.monotonic())
-        if len(calls) == 1:  # the first solve: held until released
-            solving.set()
-            assert release.wait(30)
-        return optimizer_solver(problem, backend)
-
-    with make_api(solver=held_solver, debounce_s=debounce_s) as api:
-        try:
-            api.submit(min_nodes=1, max_nodes=2)
-            api.register("n1")
-            api.node_events(("e1", "n1", "idle", 0))
-            assert solving.wait(30)
-            api.register("n2")
-            api.node_events(("e2", "n2", "idle", 0))  # marks the allocation stale mid-solve
-            time.sleep(debounce_s + 0.2)
-        finally:
-            released = time.monotonic()
-            release.set()
-        api.wait_for(lambda: len(calls) >= 2, timeout_s=30)
-    assert calls[1] - released < debounce_s - 1.0
-
-
 def test_event_retries_are_idempotent(api) -> None:
     agents, job, starts = _start_two_node_job(api)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # a retry repeats the event
