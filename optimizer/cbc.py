@@ -48,7 +48,7 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
 
 
 def run(
-    model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float, relative_gap: float = 0.0
+    model: pulp.LpProblem, z: list[pulp.LpVariable], time_limit_s: float, relative_gap: float
 ) -> BackendAnswer:
     """Solve ``model`` within ``time_limit_s`` seconds, stopping once the incumbent is proven
     within ``relative_gap`` of the optimum (CBC's ``ratioGap``, PuLP's ``gapRel``).

@@ -69,7 +69,7 @@ def build(options: Options, capacity: int) -> cp_model.CpModel:
     return model
 
 
-def run(model: cp_model.CpModel, time_limit_s: float, relative_gap: float = 0.0) -> BackendAnswer:
+def run(model: cp_model.CpModel, time_limit_s: float, relative_gap: float) -> BackendAnswer:
     """Solve ``model`` within ``time_limit_s`` seconds, log off, stopping once the incumbent
     is proven within ``relative_gap`` of the optimum (CP-SAT's ``relative_gap_limit``).
 

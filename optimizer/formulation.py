@@ -233,6 +233,16 @@ the incumbent by more than this share of the incumbent's value (covers the solve
 tolerances and CP-SAT's integer scaling, at most 200 jobs x 1e-9 of the largest value)."""
 
 
+def _lagrangian(
+    options: Options, capacity: int, price: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Reduction (iii)'s terms at node price lambda: v_j(n, d) - lambda n per option, u_j per
+    job, and L(lambda)."""
+    reduced = options.value - price * options.count
+    best = np.maximum.reduceat(reduced, options.start[:-1])
+    return reduced, best, float(price * capacity + best.sum())
+
+
 def lp_bound(options: Options, capacity: int, price: float) -> float:
     """L(lambda) of reduction (iii): an upper bound on every solution of (1)-(2), the LP
     relaxation's optimum when ``price`` is the LP's node price.
@@ -242,8 +252,7 @@ def lp_bound(options: Options, capacity: int, price: float) -> float:
         capacity: number of idle nodes N.
         price: lambda >= 0, value per node.
     """
-    best = np.maximum.reduceat(options.value - price * options.count, options.start[:-1])
-    return float(price * capacity + best.sum())
+    return _lagrangian(options, capacity, price)[2]
 
 
 def bound_reduction(
@@ -261,9 +270,7 @@ def bound_reduction(
     Returns:
         Bool mask of shape (k,): the options kept; the incumbent's are always among them.
     """
-    reduced = options.value - price * options.count  # v_j(n, d) - lambda n
-    best = np.maximum.reduceat(reduced, options.start[:-1])  # u_j
-    bound = lp_bound(options, capacity, price)
+    reduced, best, bound = _lagrangian(options, capacity, price)
     option_bound = bound - best[options.job] + reduced  # L(lambda) with option k forced
     target = options.value[incumbent].sum()
     keep = option_bound >= target - BOUND_TOLERANCE * max(abs(target), 1.0)

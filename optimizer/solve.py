@@ -84,26 +84,17 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             started_s=started_s,
         )
     greedy_chosen, price = greedy_choice(options, capacity)
-    if price is None:  # the LP relaxation's optimum is integral: no solver needed
-        return make_allocation(
-            problem,
-            options,
-            greedy_chosen,
-            status="optimal",
-            backend="greedy",
-            termination=LP_INTEGRAL,
-            started_s=started_s,
-        )
     greedy_value = options.value[greedy_chosen].sum()
-    bound = lp_bound(options, capacity, price)
-    if bound - greedy_value <= problem.relative_gap * abs(bound):
+    # no bound when the LP relaxation's optimum is integral: the greedy answer is optimal
+    bound = None if price is None else lp_bound(options, capacity, price)
+    if bound is None or bound - greedy_value <= problem.relative_gap * abs(bound):
         return make_allocation(
             problem,
             options,
             greedy_chosen,
             status="optimal",
             backend="greedy",
-            termination=WITHIN_GAP,
+            termination=LP_INTEGRAL if price is None else WITHIN_GAP,
             started_s=started_s,
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
