@@ -29,11 +29,12 @@ STAND_IN = """#!/bin/bash
 if [ "$1" != agent ]; then exec {interstice} "$@"; fi
 {on_term}
 printf '%s\\n' "$*" > "{record}/argv"
-env > "{record}/env"
+env > "{record}/env.part" && mv "{record}/env.part" "{record}/env"
 sleep 60 &
 wait
 """
-"""The stand-in ``interstice``: real for ``slurm ...``; a fake agent with a child (a worker)."""
+"""The stand-in ``interstice``: real for ``slurm ...``; a fake agent with a child (a worker).
+Its records appear whole (``env`` through a rename): the tests wait for the file, then read it."""
 
 OBEYS = "trap 'kill $!; exit 0' TERM"
 IGNORES = "trap '' TERM"
