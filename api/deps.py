@@ -21,8 +21,9 @@ from interstice.api.tokens import Principal, public_id
 _bearer = HTTPBearer(auto_error=False, description="A token from `interstice token create`.")
 
 
-def get_service(request: Request) -> Service:
-    """The running service of this app."""
+async def get_service(request: Request) -> Service:
+    """The running service of this app (async: FastAPI would run a plain function in its
+    thread pool, a thread hop per request)."""
     return request.app.state.service
 
 
@@ -79,6 +80,18 @@ def require(*accepted: Role) -> Any:
     return Depends(principal)
 
 
+_DECLARED: dict[int, tuple[Any, frozenset[str]]] = {}
+
+
+def _declared_queries(route: Any) -> frozenset[str]:
+    """The query parameters ``route`` declares, its dependencies' included; each route is
+    walked once (kept with its answer, so its ``id`` cannot be reused)."""
+    known = _DECLARED.get(id(route))
+    if known is None:
+        known = _DECLARED[id(route)] = (route, frozenset(_query_names(route.dependant)))
+    return known[1]
+
+
 def _query_names(dependant: Any) -> set[str]:
     names = {p.alias for p in dependant.query_params}
     for sub in dependant.dependencies:
@@ -94,9 +107,13 @@ async def known_query(request: Request) -> None:
         RequestValidationError: 422 naming the first unknown parameter.
     """
     route = request.scope.get("route")
-    if route is None or not request.url.path.startswith("/v1/"):
+    if (
+        route is None
+        or not request.scope["query_string"]
+        or not request.url.path.startswith("/v1/")
+    ):
         return
-    unknown = sorted(set(request.query_params) - _query_names(route.dependant))
+    unknown = sorted(set(request.query_params) - _declared_queries(route))
     if unknown:
         raise RequestValidationError(
             [

@@ -4,8 +4,10 @@ before."""
 
 from __future__ import annotations
 
+import anyio
 from api_helpers import Api, silence, start_job
 from interstice.api import leases
+from interstice.api.agents import commands as read_commands
 from interstice.api.tables import Agent
 
 
@@ -66,3 +68,29 @@ def test_a_version_2_agent_heartbeats_and_polls_apart(api: Api) -> None:
     assert _states(api) == {"n1": "alive"}
     assert api.job(job["job_id"])["samples_done"] == 500
     assert api.poll(agents["n1"], wait=0) == []
+
+
+def test_a_quiet_agents_requests_use_no_worker_thread(api: Api, monkeypatch) -> None:
+    """An alive agent with no pending command is answered on the event loop: its beat,
+    poll and heartbeat touch no worker thread (dependencies included: FastAPI runs a plain
+    ``def`` dependency in its thread pool, which the database reads share, so 5,000 agents'
+    requests queued behind them). On PostgreSQL each poll reads its commands (a wake-up
+    from another replica may be lost), and nothing else."""
+    agent = api.register("n1")
+    assert _poll(api, agent, {}) == []  # this first read finds none: the agent is clear
+    hops: list[object] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        hops.append(func)
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    assert _poll(api, agent, {"world_size": 1}) == []
+    assert api.poll(agent, wait=0) == []
+    r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json={})
+    assert r.status_code == 200
+    reads = [] if api.app.state.service.notifier.wakes_complete else [read_commands] * 2
+    assert hops == reads
+    assert api.call("GET", "/v1/agents", "admin").status_code == 200  # a sync route does hop
+    assert hops
