@@ -43,20 +43,38 @@ def test_live_objects_are_frozen_and_cycles_among_them_freed_by_the_thaw(monkeyp
             freed_after_s = await _until(lambda: ref() is None)  # ...the thaw frees it
         return frozen, skipped, freed_after_s
 
+    before = gc.get_threshold()
     frozen, skipped, freed_after_s = asyncio.run(scenario())
+    assert gc.get_threshold() == before  # handed back at the end
     assert frozen
     assert skipped
     assert freed_after_s < 3
     assert gc.get_freeze_count() == 0  # handed back at the end
 
 
+def test_the_regime_sets_its_thresholds_and_no_full_collection_runs_between_freezes() -> None:
+    async def scenario() -> tuple[tuple[int, ...], int]:
+        async with freezing_every(60):  # no freeze within the test
+            thresholds = gc.get_threshold()
+            full_before = gc.get_stats()[2]["collections"]
+            keep = [Cycle() for _ in range(200_000)]  # promoted through the generations
+            del keep
+            return thresholds, gc.get_stats()[2]["collections"] - full_before
+
+    thresholds, full_collections = asyncio.run(scenario())
+    assert thresholds == collector.THRESHOLDS
+    assert full_collections == 0
+
+
 def test_interval_zero_leaves_the_collector_as_it_is() -> None:
-    async def scenario() -> int:
+    before = gc.get_threshold()
+
+    async def scenario() -> tuple[int, tuple[int, ...]]:
         async with freezing_every(0):
             await asyncio.sleep(0.2)
-            return gc.get_freeze_count()
+            return gc.get_freeze_count(), gc.get_threshold()
 
-    assert asyncio.run(scenario()) == 0
+    assert asyncio.run(scenario()) == (0, before)
 
 
 @pytest.fixture(autouse=True)
