@@ -33,7 +33,6 @@ from interstice.api.tables import (
     IdleInterval,
     Job,
     JobRate,
-    Node,
     Rescale,
     utcnow,
 )
@@ -69,10 +68,10 @@ def optimizer_solver(problem: Problem, backend: str) -> Allocation:
     return solve(problem, backend=backend)
 
 
-def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> float:
-    """The forecast horizon, seconds: the fixed value, or for ``auto`` the pool's expected
-    remaining idle time (:func:`interstice.optimizer.pool_remaining_idle_s`) from the observed
-    idle intervals."""
+def horizon_s(session: Session, objective: ObjectivePublic, pool_size: int) -> float:
+    """The forecast horizon, seconds: the fixed value, or for ``auto`` the expected
+    remaining idle time (:func:`interstice.optimizer.pool_remaining_idle_s`) of the
+    ``pool_size`` allocatable nodes from the observed idle intervals."""
     if objective.horizon_s != "auto":
         return float(objective.horizon_s)
     lengths = list(
@@ -83,10 +82,8 @@ def horizon_s(session: Session, objective: ObjectivePublic, pool: list[str]) -> 
         )
     )
     now = utcnow()
-    ages = [
-        (now - since).total_seconds()
-        for since in session.scalars(select(Node.since).where(Node.name.in_(pool)))
-    ]
+    middle = state.median_idle_since(session, pool_size)
+    ages = [(now - since).total_seconds() for since in middle]  # their median is the pool's
     return pool_remaining_idle_s(lengths, ages)
 
 
@@ -131,7 +128,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         # usable nodes (optimizer/admission.py): the most the job runs on efficiently on
         # its own curve or the table, or 0 while it cannot start (min_nodes above the pool,
         # or a start that the horizon does not pay for): it must not hold the pool's place
-        horizon = horizon_s(session, objective, pool)
+        horizon = horizon_s(session, objective, len(pool))
 
         def usable(job: OptimizerJob) -> int:
             return usable_nodes(

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from interstice.api.schemas import Heartbeat
 from interstice.api.tables import (
@@ -30,7 +31,7 @@ from interstice.api.tables import (
     Rescale,
     utcnow,
 )
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 ACTIVE_JOB_STATES = ("queued", "running")
@@ -100,14 +101,29 @@ def holdings(session: Session) -> dict[int, list[str]]:
     return held
 
 
-def allocatable_nodes(session: Session) -> list[str]:
-    """Nodes that are idle and have an alive agent: the pool the optimizer fills, sorted."""
-    rows = session.scalars(
-        select(Node.name)
+def _allocatable(column: Any) -> Select[Any]:
+    """``column`` of the nodes that are idle and have an alive agent."""
+    return (
+        select(column)
         .join(Agent, Agent.node == Node.name)
         .where(Node.state == "idle", Agent.state == "alive")
     )
-    return sorted(rows)
+
+
+def allocatable_nodes(session: Session) -> list[str]:
+    """Nodes that are idle and have an alive agent: the pool the optimizer fills, sorted."""
+    return sorted(session.scalars(_allocatable(Node.name)))
+
+
+def median_idle_since(session: Session, pool_size: int) -> list[datetime]:
+    """The middle of :func:`allocatable_nodes`' idle-since times, ``pool_size`` of them:
+    one time for an odd size, the two middle ones for an even size (their median is the
+    pool's), none for 0. Sorted and picked by the database: converting 5,000 timestamps
+    to Python cost each solve 15 ms."""
+    if pool_size <= 0:
+        return []
+    middle = _allocatable(Node.since).order_by(Node.since).offset((pool_size - 1) // 2)
+    return list(session.scalars(middle.limit(2 - pool_size % 2)))
 
 
 def unchanged(job: Job, from_nodes: list[str], to_nodes: list[str], to_depth: int) -> bool:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import statistics
+from datetime import timedelta
+
+import pytest
 from api_helpers import SCALABILITY_CSV
-from interstice.api.control import build_problem
-from interstice.api.tables import Config
+from interstice.api import state
+from interstice.api.control import build_problem, horizon_s
+from interstice.api.objective import stored as stored_objective
+from interstice.api.tables import Config, IdleInterval, Node, utcnow
 from interstice.optimizer import Weights
+from sqlalchemy import func, select
 
 
 def test_objective_defaults_changes_and_audit(api) -> None:
@@ -172,3 +179,45 @@ def _audit(api, action: str) -> list[dict]:  # type: ignore[no-untyped-def]
     return [
         e for e in api.call("GET", "/v1/audit", "admin").json()["data"] if e["action"] == action
     ]
+
+
+def test_the_auto_horizon_reads_the_idle_ages_of_the_allocatable_nodes_only(api) -> None:
+    """Mean residual life at the pool's median idle age (optimizer/horizon.py): 40 intervals
+    of 1,000 s and 40 of 20,000 s; n1 and n2 (agents alive) idle for 100 s, n8 and n9 (no
+    agent) for 10,000 s. Over the pool the median age is 100 s: 10,500 - 100 = 10,400 s;
+    counting n8 and n9 it would be 5,050 s: 20,000 - 5,050 = 14,950 s."""
+    for node in ("n1", "n2"):
+        api.register(node, report_idle=True)
+    api.node_events(("e8", "n8", "idle", 0), ("e9", "n9", "idle", 0))
+    now = utcnow()
+    service = api.app.state.service
+    with service.db.write() as session:
+        for node in session.scalars(select(Node)):
+            node.since = now - timedelta(seconds=100 if node.name in ("n1", "n2") else 10_000)
+        session.add_all(
+            IdleInterval(node="n0", started_at=now, length_s=length)
+            for length in [1_000.0] * 40 + [20_000.0] * 40
+        )
+    with service.db.read() as session:
+        assert session.scalar(select(func.count()).select_from(Node)) == 4
+        assert horizon_s(session, stored_objective(session), 2) == pytest.approx(10_400, abs=1)
+
+
+def test_the_pools_median_idle_since_is_picked_by_the_database(api) -> None:
+    """The one or two middle times of the allocatable nodes (odd or even pool) have the
+    median of all of them; a node without an agent is not in the pool."""
+    api.node_events(("e0", "n0", "idle", 0))  # no agent: not allocatable, the oldest
+    now = utcnow()
+    service = api.app.state.service
+    for size in range(1, 6):
+        api.register(f"n{size}", report_idle=True)
+        with service.db.write() as session:
+            for node in session.scalars(select(Node)):
+                node.since = now - timedelta(seconds=10 * int(node.name[1:]) ** 2 + 1)
+        with service.db.read() as session:
+            pool = [n for n in session.scalars(select(Node)) if n.name != "n0"]
+            middle = state.median_idle_since(session, size)
+        assert len(middle) == 2 - size % 2
+        ages = [(now - since).total_seconds() for since in middle]
+        expected = statistics.median((now - n.since).total_seconds() for n in pool)
+        assert statistics.median(ages) == pytest.approx(expected)
