@@ -80,18 +80,6 @@ def require(*accepted: Role) -> Any:
     return Depends(principal)
 
 
-_DECLARED: dict[int, tuple[Any, frozenset[str]]] = {}
-
-
-def _declared_queries(route: Any) -> frozenset[str]:
-    """The query parameters ``route`` declares, its dependencies' included; each route is
-    walked once (kept with its answer, so its ``id`` cannot be reused)."""
-    known = _DECLARED.get(id(route))
-    if known is None:
-        known = _DECLARED[id(route)] = (route, frozenset(_query_names(route.dependant)))
-    return known[1]
-
-
 def _query_names(dependant: Any) -> set[str]:
     names = {p.alias for p in dependant.query_params}
     for sub in dependant.dependencies:
@@ -113,7 +101,7 @@ async def known_query(request: Request) -> None:
         or not request.url.path.startswith("/v1/")
     ):
         return
-    unknown = sorted(set(request.query_params) - _declared_queries(route))
+    unknown = sorted(set(request.query_params) - _query_names(route.dependant))
     if unknown:
         raise RequestValidationError(
             [
