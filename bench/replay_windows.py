@@ -18,16 +18,26 @@ with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 300 
 admission cap, early finish 0.9) but for the horizon and the admin weights given here.
 
 Prints one JSON line per (window, policy): harvest, goodput_samples, utilization, efficiency,
-jobs_finished, jct_mean_s, solve_p99_s (the policy's own time per solve, model building
-included) and solve_wall_p99_s (the simulator's wall time per solve: building the Problem
-and applying the answer too), replay_wall_s; then one line per window with the ratios of the
-first policy to each other (harvest, goodput; against rigid also the mean JCT over the jobs
-both finished); last, the load average (the machine may be shared).
+jobs_finished, jct_mean_s, node_hours_by_model (the allocated node-hours of each model's
+jobs), solve_p99_s (the policy's own time per solve, model building included),
+solve_wall_p99_s (the simulator's wall time per solve: building the Problem and applying the
+answer too) and replay_wall_s. Then one line per window with the ratios of the first policy
+to each other: harvest, goodput, and mix = goodput / harvest (both policies see the same
+idle node-seconds, so mix is the ratio of their samples per harvested node-second: below 1
+when the first policy harvests its node time for slower models); against rigid also the mean
+JCT over the jobs both finished. Then, per pair, one summary line over all windows run (min,
+mean and max of each ratio, and in how many windows it was >= 1). Last, the load average
+(the machine may be shared).
+
+``--seeds 1,2,...`` replays each 192-node window once per node draw (``--nodes 192 --seed S``
+for each S) instead of its own seed alone: the same start and 48 hours, other nodes. The
+policies' differences move from draw to draw (a job that finishes a minute earlier changes
+every later decision), so a claim about the policies is read over many draws, not one.
 
 Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,greedy,rigid]
     [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
     [--priority-weight 1] [--jobs FILE.csv] [--horizon 300|auto] [--rigid-nodes K]
-    [--admission-efficiency 0.9]
+    [--admission-efficiency 0.9] [--seeds 1,2,3]
 """
 
 from __future__ import annotations
@@ -90,6 +100,10 @@ def main() -> None:
         default=admission.ADMISSION_EFFICIENCY,
         help="parallel efficiency at which admission counts a job's nodes (0: max_nodes)",
     )
+    parser.add_argument(
+        "--seeds",
+        help="comma-separated node draws for the 192-node windows (default: each window's own)",
+    )
     args = parser.parse_args()
     names = args.windows.split(",")
     policies = args.policies.split(",")
@@ -119,8 +133,13 @@ def main() -> None:
         "admission_efficiency": args.admission_efficiency,
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
+    runs = []
     for name in names:
         start, n_nodes, seed = WINDOWS[name]
+        draws = [int(s) for s in args.seeds.split(",")] if args.seeds and n_nodes else [seed]
+        runs += [(name, start, n_nodes, draw) for draw in draws]
+    all_ratios: dict[str, list[dict[str, float]]] = {}
+    for name, start, n_nodes, seed in runs:
         start_s = float((np.datetime64(start, "s") - trace.start) / np.timedelta64(1, "s"))
         node_ids = None
         if n_nodes is not None:  # the draw of `interstice replay --nodes N --seed S`
@@ -154,6 +173,10 @@ def main() -> None:
                 "seed": seed,
                 "policy": policy,
                 **{key: figures[key] for key in FIGURES},
+                "node_hours_by_model": {
+                    model: round(part["allocated_node_hours"], 1)
+                    for model, part in figures["by_model"].items()
+                },
                 "solve_p99_s": figures["solve_time_s"]["p99"],
                 "solve_wall_p99_s": figures["solve_wall_s"]["p99"],
                 "solves": figures["solves"],
@@ -161,14 +184,40 @@ def main() -> None:
             }
             print(json.dumps(line), flush=True)
         ratios = build_report({}, results)["ratios"]
-        line = {"window": name, "nodes": len(window.node_names)}
+        line = {"window": name, "nodes": len(window.node_names), "seed": seed}
         for pair, figures in ratios.items():
             line[pair] = {"harvest": figures["harvest"], "goodput": figures["goodput_samples"]}
+            if figures["harvest"] and figures["goodput_samples"] is not None:
+                # goodput ratio = harvest ratio x mix: the same idle node-seconds, so this is
+                # the ratio of samples per harvested node-second (the models' best rates,
+                # weighted by the node time each policy harvested for them).
+                line[pair]["mix"] = figures["goodput_samples"] / figures["harvest"]
             if pair.endswith("/rigid"):
                 line[pair]["jct_mean_same_jobs"] = figures["jct_mean_s_same_jobs"]
                 line[pair]["same_jobs_finished"] = figures["same_jobs_finished"]
+            all_ratios.setdefault(pair, []).append(line[pair])
         print(json.dumps(line), flush=True)
+    for pair, lines in all_ratios.items():
+        print(json.dumps({"summary": pair, "windows": len(lines), **spread(lines)}), flush=True)
     print(json.dumps({"load_average_end": os.getloadavg()}), flush=True)
+
+
+def spread(lines: list[dict[str, float | None]]) -> dict[str, dict[str, float | int]]:
+    """Per ratio of ``lines`` (one mapping of ratios per window): min, mean, max and the
+    number of windows where it is >= 1 (``at_least_1``), over the windows where it is defined.
+    """
+    figures: dict[str, dict[str, float | int]] = {}
+    for key in lines[0]:
+        values = np.array([line[key] for line in lines if line[key] is not None], dtype=float)
+        if key == "same_jobs_finished" or not len(values):
+            continue
+        figures[key] = {
+            "min": float(values.min()),
+            "mean": float(values.mean()),
+            "max": float(values.max()),
+            "at_least_1": int((values >= 1).sum()),
+        }
+    return figures
 
 
 if __name__ == "__main__":

@@ -49,8 +49,8 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         nodes would have trained, over ``dedicated_samples``: 1 - ``efficiency`` is their
         sum, plus progress made at an SPB depth below the best one's and a rigid job's
         ``lost_samples``),
-        ``rescales``, ``preemptions``,
-        solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
+        ``rescales``, ``preemptions``, ``by_model`` (:func:`by_model`: where the node time
+        went, per model), solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
         ``statuses`` and ``replay_wall_s``.
     """
     jobs = result.jobs
@@ -93,6 +93,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         },
         "rescales": sum(rec.rescales for rec in jobs),
         "preemptions": sum(rec.preemptions for rec in jobs),
+        "by_model": by_model(result),
         "solves": result.solves,
         "skipped_solves": result.skipped_solves,
         "deferred_solves": result.deferred_solves,
@@ -101,6 +102,47 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "statuses": dict(sorted(result.statuses.items())),
         "replay_wall_s": result.wall_s,
     }
+
+
+def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
+    """Where one replay's node time went, per model: the mix behind its totals.
+
+    A policy's ``harvest`` and ``goodput_samples`` can rank two policies differently when
+    they give their nodes to different models: a node-hour of AlexNet trains about 7 times
+    the samples of a node-hour of DenseNet (the Summit table's best per-node rates), and
+    counts the same in ``harvested_node_hours``.
+
+    Args:
+        result: one policy's replay.
+
+    Returns:
+        ``{model: {"allocated_node_hours", "harvested_node_hours", "goodput_samples",
+        "jobs_arrived", "jobs_finished"}}``, models sorted by name; ``allocated_node_hours``
+        integrates the timeline's allocated nodes of the model's jobs over the window (they
+        sum to the replay's ``allocated_node_s`` / 3600), ``harvested_node_hours`` is the
+        model's goodput over its best per-node rate, hours.
+    """
+    ends_s = np.append(result.timeline_s[1:], result.duration_s)
+    spans_s = ends_s - np.asarray(result.timeline_s)
+    figures: dict[str, dict[str, float | int]] = {
+        model: {
+            "allocated_node_hours": float(np.dot(counts, spans_s)) / 3600,
+            "harvested_node_hours": 0.0,
+            "goodput_samples": 0.0,
+            "jobs_arrived": 0,
+            "jobs_finished": 0,
+        }
+        for model, counts in sorted(result.timeline_by_model.items())
+    }
+    for rec in result.jobs:
+        model = figures[rec.spec.model]
+        model["goodput_samples"] += rec.goodput
+        model["harvested_node_hours"] += (
+            rec.goodput / result.best_progress_per_node_s[rec.spec.model] / 3600
+        )
+        model["jobs_arrived"] += 1
+        model["jobs_finished"] += rec.finished_s is not None
+    return figures
 
 
 def _percentiles(values_s: list[float]) -> dict[str, float | None]:

@@ -36,6 +36,49 @@ def test_harvest_jct_and_wait(inputs):
     assert figures["wait_mean_s"] == pytest.approx((0 + 10) / 2)  # B: 20 s -> 30 s
 
 
+TWO_MODELS = """model,nodes,samples_per_s
+m,1,100
+m,2,200
+m,4,400
+k,1,50
+k,2,100
+k,4,200
+"""
+
+
+def test_by_model_splits_the_node_time_and_the_goodput(inputs):
+    # As in test_harvest_jct_and_wait, with B of model k (half m's rate): A (m) holds n1..n3
+    # from 0 to 30 s; B (k) holds 3 nodes on 30..60, 4 on 60..100, 3 on 100..200 and trains
+    # 150 x 20 + 200 x 30 + 150 x 95 = 23,250 samples (pauses to 40, 70 and 105 s).
+    trace, _ = inputs
+    table = ScalabilityTable.from_csv(TWO_MODELS)
+    jobs = [spec("A", 6000), spec("B", 1e9, min_nodes=2, offset_s=20, model="k")]
+    figures = summarize(run((trace, table), jobs))
+    assert figures["by_model"] == {
+        "k": {
+            "allocated_node_hours": pytest.approx((3 * 30 + 4 * 40 + 3 * 100) / 3600),
+            "harvested_node_hours": pytest.approx(23_250 / 50 / 3600),
+            "goodput_samples": pytest.approx(23_250),
+            "jobs_arrived": 1,
+            "jobs_finished": 0,
+        },
+        "m": {
+            "allocated_node_hours": pytest.approx(3 * 30 / 3600),
+            "harvested_node_hours": pytest.approx(6000 / 100 / 3600),
+            "goodput_samples": pytest.approx(6000),
+            "jobs_arrived": 1,
+            "jobs_finished": 1,
+        },
+    }
+    parts = figures["by_model"].values()
+    assert sum(p["allocated_node_hours"] for p in parts) == pytest.approx(
+        figures["allocated_node_s"] / 3600
+    )
+    assert sum(p["harvested_node_hours"] for p in parts) == pytest.approx(
+        figures["harvested_node_hours"]
+    )
+
+
 def test_efficiency_counts_spb_progress_per_sample(inputs):
     # Depth 1 trains 150/s per node worth 0.8 each: 120/s of progress per node, more than
     # depth 0's 100. take_all keeps depth 0, so its progress is 100/s per node while the

@@ -45,11 +45,16 @@ def take_all(problem: Problem) -> Allocation:
 
 
 def spec(
-    job_id: str, total: float, min_nodes: int = 1, offset_s: float = 0.0, max_nodes: int = 4
+    job_id: str,
+    total: float,
+    min_nodes: int = 1,
+    offset_s: float = 0.0,
+    max_nodes: int = 4,
+    model: str = "m",
 ) -> JobSpec:
     return JobSpec(
         job_id=job_id,
-        model="m",
+        model=model,
         submit_offset_s=offset_s,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
