@@ -135,13 +135,13 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
         for model, counts in sorted(result.timeline_by_model.items())
     }
     for rec in result.jobs:
-        model = figures[rec.spec.model]
-        model["goodput_samples"] += rec.goodput
-        model["harvested_node_hours"] += (
+        part = figures[rec.spec.model]
+        part["goodput_samples"] += rec.goodput
+        part["harvested_node_hours"] += (
             rec.goodput / result.best_progress_per_node_s[rec.spec.model] / 3600
         )
-        model["jobs_arrived"] += 1
-        model["jobs_finished"] += rec.finished_s is not None
+        part["jobs_arrived"] += 1
+        part["jobs_finished"] += rec.finished_s is not None
     return figures
 
 
