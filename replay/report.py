@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from interstice.replay.simulator import PAUSE_CAUSES, ReplayResult
+from interstice.replay.simulator import PAUSE_CAUSES, JobRecord, ReplayResult
 
 RATIO_FIGURES = (
     "goodput_samples",
@@ -57,9 +57,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     goodput = sum(rec.goodput for rec in jobs)
     finished = [rec for rec in jobs if rec.finished_s is not None]
     dedicated = sum(rec.dedicated_samples for rec in jobs)
-    harvested_node_s = sum(
-        rec.goodput / result.best_progress_per_node_s[rec.spec.model] for rec in jobs
-    )
+    harvested_node_s = sum(_harvested_node_s(result, rec) for rec in jobs)
     jct_s = np.array([rec.finished_s - rec.arrival_s for rec in finished])
     waits_s = [rec.first_node_s - rec.arrival_s for rec in jobs if rec.first_node_s is not None]
     return {
@@ -137,12 +135,16 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
     for rec in result.jobs:
         part = figures[rec.spec.model]
         part["goodput_samples"] += rec.goodput
-        part["harvested_node_hours"] += (
-            rec.goodput / result.best_progress_per_node_s[rec.spec.model] / 3600
-        )
+        part["harvested_node_hours"] += _harvested_node_s(result, rec) / 3600
         part["jobs_arrived"] += 1
         part["jobs_finished"] += rec.finished_s is not None
     return figures
+
+
+def _harvested_node_s(result: ReplayResult, rec: JobRecord) -> float:
+    """One job's goodput as dedicated-node work: its samples over its model's best per-node
+    rate of progress, node-seconds (the numerator of ``harvest``)."""
+    return rec.goodput / result.best_progress_per_node_s[rec.spec.model]
 
 
 def _percentiles(values_s: list[float]) -> dict[str, float | None]:
