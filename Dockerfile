@@ -6,12 +6,28 @@
 # Run the service alone:
 #   docker run -p 8000:8000 -v interstice-db:/var/lib/interstice interstice
 # or the whole demo (service + PostgreSQL + 2 agents training a job): docker compose up --build
-FROM python:3.11-slim
+# Where no registry can be reached, build on a base made from Debian packages (Python 3.11 too):
+#   containers/images.sh     (containers/base.sh, then podman build --network host \
+#                             --build-arg BASE=localhost/interstice-base:bookworm -t interstice .)
+# The package goes into a venv, /opt/interstice (on PATH): Debian's system Python is externally
+# managed (PEP 668), and a venv works the same on python:3.11-slim.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ARG EXTRAS=""
 ARG PIP_EXTRA_INDEX_URL=""
+ENV PATH=/opt/interstice/bin:$PATH PYTHONUNBUFFERED=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+# The dependencies first, read from pyproject.toml, in a layer of their own: a change of the
+# sources (README included) alone then reuses it (torch's several GB too): seconds, not minutes.
+RUN python3 -m venv /opt/interstice \
+    && python3 -c 'import sys, tomllib; project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+extras = project["optional-dependencies"]; \
+print(*project["dependencies"], *(d for e in sys.argv[1].split(",") if e for d in extras[e]), sep="\n")' \
+        "$EXTRAS" > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+COPY README.md ./
 COPY interstice interstice
 COPY optimizer optimizer
 COPY replay replay

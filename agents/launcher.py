@@ -101,10 +101,11 @@ class Generation:
     Attributes:
         stop_requested: the agent asked these workers to stop (stop file and SIGTERM): an
             exit after it is a stop, never the job's end or failure.
-        signalled: pids of the workers sent SIGTERM already. A second SIGTERM ends a
-            worker at once (:class:`interstice.elastic.signals.StopSignals`), before its
-            checkpoint, so each worker gets one, however many times a stop is requested
-            (a preemption taking over a rescale's stop requests it again).
+        signalled: pids of the workers sent SIGTERM already. A script's own handler may
+            die on a second SIGTERM, before its checkpoint (``interstice.elastic``'s
+            :class:`~interstice.elastic.signals.StopSignals` ignores it), so each worker
+            gets one, however many times a stop is requested (a preemption taking over a
+            rescale's stop requests it again).
     """
 
     command: Command
@@ -149,8 +150,10 @@ class Outcome:
 
     Attributes:
         job_state: ``finished`` (every worker exited 0, no stop requested), ``failed``
-            (the job's fault: a worker exited non-zero, or it could not start), or None (a
-            stop we requested, or the node's fault: the job goes on elsewhere).
+            (a worker exited non-zero, the job could not start, or the launcher itself could
+            not: it exited with an error before its own report, e.g. torch missing under
+            the agent's Python), or None (a stop we requested, or a failed rendezvous: the
+            node's fault, or a peer's preemption; the job goes on elsewhere).
         error: why, for ``failed`` or a node-side failure; None otherwise.
     """
 
@@ -519,6 +522,14 @@ def outcome(generation: Generation) -> Outcome | None:
         return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
     if returncode == EXIT_BAD_JOB:
         return Outcome("failed", _clip(str(result.get("error") or generation.log_tail())))
+    if returncode > 0 and not result:
+        # It exited with an error before it could say why (every end it knows writes the
+        # result): it could not start at all, e.g. torch missing under this Python. No node
+        # of the job would do better, and nothing would ever replan it.
+        tail = log_tail(generation.log_path)
+        return Outcome(
+            "failed", _clip(f"launch failed (exit {returncode}); last lines of its log:\n{tail}")
+        )
     return Outcome(None, f"launch failed (exit {returncode}): {generation.log_tail()}")
 
 

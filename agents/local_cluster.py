@@ -188,6 +188,14 @@ class LocalCluster:
         response.raise_for_status()
         return response.json() if response.content else None
 
+    def service_nodes(self, role: str = "scheduler") -> list[dict[str, Any]]:
+        """Every node the service knows (``GET /v1/nodes``, all its pages) as ``role``."""
+        return wire.all_pages(
+            lambda cursor: self.request(
+                role, "GET", "/v1/nodes", params={} if cursor is None else {"cursor": cursor}
+            )
+        )
+
     def node_events(self, state: str, nodes: list[str], grace_s: float = 0.0) -> datetime:
         """Post a scheduler event per node; returns the events' time ``at``."""
         at = datetime.now(UTC)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from interstice.api import schemas, state
 from interstice.api.jobs import command_job
+from interstice.api.limits import short
 from interstice.api.state import Changes, NotFound, parse_id
 from interstice.api.tables import Agent, Command, Job, Node, utcnow
 from sqlalchemy import select
@@ -69,7 +70,7 @@ def _agent(session: Session, agent_id: str) -> Agent:
     number = parse_id(agent_id, "a")
     agent = None if number is None else session.get(Agent, number)
     if agent is None:
-        raise NotFound(f"agent {agent_id} not found; register again")
+        raise NotFound(f"agent {short(agent_id)} not found; register again")
     return agent
 
 

@@ -4,6 +4,7 @@ Heavy imports (FastAPI, uvicorn, SQLAlchemy, the solvers) happen inside the comm
 ``interstice --help`` stays light.
 """
 
+import errno
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,40 +63,40 @@ def serve(
 ) -> None:
     """Run the allocation service (REST API, control loop, metrics) until interrupted.
 
-    Waits for the database and upgrades it to the newest migration first. The URL is
-    printed once the service listens; OpenAPI docs are at /docs.
+    Takes its port first (a port in use is one line and exit code 2, before anything else),
+    then waits for the database and upgrades it to the newest migration. The URL is printed
+    once the service listens; OpenAPI docs are at /docs. Ctrl-C or SIGTERM stops it: requests
+    in flight get 2 s to answer, a second Ctrl-C closes the unanswered ones at once.
     """
     import uvicorn
+    from interstice.api import serving
     from interstice.api.main import create_app
 
     settings = _settings(config, db_url=db, host=host, port=port)
+    try:
+        listener = serving.listen(settings.host, settings.port)
+    except OSError as exc:
+        reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        fail(f"port {settings.port} on {settings.host}: {reason}")
     _database(settings).dispose()
     app = create_app(settings)
     typer.echo(
         f"interstice serving on http://{settings.host}:{settings.port} (db {settings.db_url})"
     )
-
-    class Server(uvicorn.Server):
-        async def shutdown(self, sockets: Any = None) -> None:
-            # long-polls answer now, so none is still open (and cancelled) at the deadline
-            app.state.service.notifier.close()
-            await super().shutdown(sockets)
-
-    server = Server(
+    server = serving.Server(
         uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
+            serving.Quiet(app),
             log_level=settings.log_level,
-            timeout_graceful_shutdown=2,
             # agents reuse one connection between heartbeats and long-polls: keep it open
             # longer than both, so a request never races the server closing an idle one
             timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
-        )
+        ),
+        # long-polls answer now, so none is still open (and dropped) at the deadline
+        on_shutdown=app.state.service.notifier.close,
     )
     try:
-        server.run()
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it stopped on, as uvicorn.run
+        server.run(sockets=[listener])
+    except KeyboardInterrupt:  # a Ctrl-C between two of uvicorn's handlers
         pass
     if not server.started:
         fail(f"could not start serving on {settings.host}:{settings.port} (see above)")

@@ -391,6 +391,7 @@ class ControlLoop:
     async def stop(self) -> None:
         """Step down and cancel every task; a solve in its thread is abandoned."""
         await self.leadership.stop()
+        await self._deposed()  # SQLite's leader is never deposed: its solve loop ends here
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

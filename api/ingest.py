@@ -5,16 +5,17 @@ nodes read with one ``SELECT`` each, new events, idle intervals and nodes insert
 neither holds the write lock for long nor costs a round trip per event.
 
 A node's state is that of its event with the latest ``at``: an event older than the newest
-one applied to its node is recorded but changes nothing (events with equal ``at`` apply in
-arrival order). ``busy`` on a held node is a reclaim: the chunk's reclaimed nodes are
-released in the same transaction (:func:`~interstice.api.state.release_nodes`, deadline
-``at + grace_s``), one new generation per job and deadline.
+one applied to its node is recorded as superseded (with that newest ``at``) and changes
+nothing (events with equal ``at`` apply in arrival order). ``busy`` on a held node is a
+reclaim: the chunk's reclaimed nodes are released in the same transaction
+(:func:`~interstice.api.state.release_nodes`, deadline ``at + grace_s``), one new
+generation per job and deadline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
 from interstice.api.state import Changes, Conflict, release_nodes
@@ -51,12 +52,15 @@ class Event:
 @dataclass(frozen=True)
 class Applied:
     """What one event did: ``reclaimed_job_id`` is the numeric id of the job that had to
-    release the node (None: no reclaim). A repeated ``event_id`` gives its first record."""
+    release the node (None: no reclaim); ``superseded_by_at`` the ``at`` of the newer event
+    the node had already taken, when the event changed nothing for that reason (None: it
+    was applied). A repeated ``event_id`` gives its first record."""
 
     event_id: str
     node: str
     state: str
     reclaimed_job_id: int | None
+    superseded_by_at: datetime | None = None
 
 
 @dataclass
@@ -108,7 +112,7 @@ def apply_events(session: Session, events: Sequence[Event], changes: Changes) ->
     """
     stored = _stored(session, events)
     known: dict[str, Applied] = {
-        e.event_id: Applied(e.event_id, e.node, e.state, e.reclaimed_job_id)
+        e.event_id: Applied(e.event_id, e.node, e.state, e.reclaimed_job_id, e.superseded_by_at)
         for e in stored.values()
     }
     nodes = {
@@ -131,11 +135,17 @@ def apply_events(session: Session, events: Sequence[Event], changes: Changes) ->
                 raise _conflict(event.event_id)
             results.append(known[event.event_id])
             continue
-        reclaimed = _apply(event, nodes, reclaims, intervals, changes)
+        applied = _apply(event, nodes, reclaims, intervals, changes)
         batch[event.event_id] = event
-        known[event.event_id] = Applied(event.event_id, event.node, event.state, reclaimed)
-        results.append(known[event.event_id])
-        inserted.append(asdict(event) | {"reclaimed_job_id": reclaimed})
+        known[event.event_id] = applied
+        results.append(applied)
+        inserted.append(
+            asdict(event)
+            | {
+                "reclaimed_job_id": applied.reclaimed_job_id,
+                "superseded_by_at": applied.superseded_by_at,
+            }
+        )
     _write(session, nodes, intervals, inserted)
     _release(session, reclaims, changes)
     return results
@@ -147,18 +157,20 @@ def _apply(
     reclaims: dict[str, datetime],
     intervals: list[dict[str, object]],
     changes: Changes,
-) -> int | None:
-    """Apply one new event to ``nodes`` (in memory); returns the reclaimed job's id."""
+) -> Applied:
+    """Apply one new event to ``nodes`` (in memory); returns what it did."""
+    done = Applied(event.event_id, event.node, event.state, None)
     node = nodes.get(event.node)
     if node is None:
         nodes[event.node] = _NodeNow(event.state, event.at, event.at, None, new=True)
         changes.stale = changes.stale or event.state == "idle"
-        return None
+        return done
     if node.event_at is not None and event.at < node.event_at:
-        return None  # older than the newest event applied to the node: recorded only
+        # older than the newest event applied to the node: recorded only
+        return replace(done, superseded_by_at=node.event_at)
     node.event_at, node.changed = event.at, True
     if node.state == event.state:
-        return None
+        return done
     reclaimed = None
     if event.state == "busy":
         length_s = max(0.0, (event.at - node.since).total_seconds())
@@ -168,7 +180,7 @@ def _apply(
             reclaims[event.node] = event.at + timedelta(seconds=event.grace_s)
     node.state, node.since = event.state, event.at
     changes.stale = True
-    return reclaimed
+    return replace(done, reclaimed_job_id=reclaimed)
 
 
 def _write(

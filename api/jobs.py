@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interstice.api import idempotency, scalability, schemas, state
+from interstice.api.limits import short
 from interstice.api.logs import read_rank_log
 from interstice.api.state import ACTIVE_JOB_STATES, Changes, Conflict, NotFound, parse_id
 from interstice.api.tables import Agent, Command, Job, JobMetric, Rescale
@@ -119,7 +120,7 @@ def _visible_job(session: Session, who: Principal, job_id: str) -> Job:
     number = parse_id(job_id, "j")
     job = None if number is None else session.get(Job, number)
     if job is None or (who.role != "admin" and job.owner_token_id != who.token_id):
-        raise NotFound(f"job {job_id} not found")
+        raise NotFound(f"job {short(job_id)} not found")
     return job
 
 

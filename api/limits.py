@@ -4,7 +4,7 @@
   :data:`DEFAULT_BODY_LIMIT` bytes; a larger body answers 413 before it is parsed (by its
   ``Content-Length``, or, when it is sent chunked, as soon as it passes the limit).
 - A 422 quotes at most :data:`QUOTE_MAX_CHARS` characters of the offending input and of its
-  message (never echoes a 50 MB body).
+  message (never echoes a 50 MB body), and a 404 as many of the unknown id (:func:`short`).
 - A 405 answers an ``Allow`` header listing every method the path accepts (Starlette names
   only those of the first route whose path matches).
 """
@@ -27,7 +27,7 @@ BODY_LIMITS: dict[str, int] = {
 }
 """Most bytes of a request body per path."""
 QUOTE_MAX_CHARS = 100
-"""Most characters of an input (or a message) a 422 quotes."""
+"""Most characters of an input (or a message) a 422 quotes, and of an id a 404 quotes."""
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 

@@ -7,12 +7,13 @@ never queue for a thread behind other requests).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from interstice.api import ingest, schemas
 from interstice.api.state import Changes
 from interstice.api.tables import Agent, Node
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 if TYPE_CHECKING:
     from interstice.api.service import Service
@@ -39,25 +40,49 @@ def node_events(service: Service, body: schemas.NodeEventsCreate) -> schemas.Nod
         with service.db.write(urgent=reclaims) as session:  # before acks and solves waiting
             applied += ingest.apply_events(session, chunk, changes)
         service.after_commit(changes)
-    data = [
-        schemas.NodeEventResult(
-            event_id=a.event_id,
-            node=a.node,
-            state=a.state,  # type: ignore[arg-type]
-            reclaimed_job_id=None if a.reclaimed_job_id is None else f"j-{a.reclaimed_job_id}",
-        )
-        for a in applied
-    ]
+    data = [_result(a) for a in applied]
     return schemas.NodeEventsResult(data=data, count=len(data))
 
 
-def list_nodes(service: Service) -> schemas.NodesPublic:
-    """Every node with its state, agent and holder, by name; ``allocatable``: idle with an
-    alive agent."""
+def _result(applied: ingest.Applied) -> schemas.NodeEventResult:
+    """The answer for one event: the same for its first arrival and every retry."""
+    newer_at = applied.superseded_by_at
+    return schemas.NodeEventResult(
+        event_id=applied.event_id,
+        node=applied.node,
+        state=applied.state,  # type: ignore[arg-type]
+        applied=newer_at is None,
+        reason=None if newer_at is None else f"superseded by a newer event at {_iso(newer_at)}",
+        reclaimed_job_id=(
+            None if applied.reclaimed_job_id is None else f"j-{applied.reclaimed_job_id}"
+        ),
+    )
+
+
+def _iso(at: datetime) -> str:
+    """``at`` (aware UTC) as the answers' JSON writes times: ISO 8601 ending in ``Z``."""
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def list_nodes(service: Service, limit: int, cursor: str | None) -> schemas.NodesPublic:
+    """A page of nodes with their state, agent and holder, by name; ``allocatable``: idle
+    with an alive agent.
+
+    Args:
+        service: the running service.
+        limit: most nodes on the page.
+        cursor: the previous page's ``next_cursor`` (the last name it held): the page starts
+            after it; None: the first page.
+
+    Returns:
+        The page; ``count`` is every node's, ``next_cursor`` None on the last page.
+    """
     with service.db.read() as session:
-        rows = session.execute(
-            select(Node, Agent).outerjoin(Agent, Agent.node == Node.name).order_by(Node.name)
-        )
+        query = select(Node, Agent).outerjoin(Agent, Agent.node == Node.name)
+        if cursor is not None:
+            query = query.where(Node.name > cursor)
+        rows = session.execute(query.order_by(Node.name).limit(limit + 1)).all()
+        total = session.scalar(select(func.count()).select_from(Node)) or 0
         data = [
             schemas.NodePublic(
                 name=n.name,
@@ -67,6 +92,7 @@ def list_nodes(service: Service) -> schemas.NodesPublic:
                 agent=None if a is None else schemas.NodeAgentBrief.model_validate(a),
                 holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",
             )
-            for n, a in rows
+            for n, a in rows[:limit]
         ]
-    return schemas.NodesPublic(data=data, count=len(data))
+    next_cursor = data[-1].name if len(rows) > limit else None
+    return schemas.NodesPublic(data=data, count=total, next_cursor=next_cursor)

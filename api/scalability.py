@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from interstice.api.service import Service
 
 
+TABLE_MAX_MODELS = 10_000
+"""Most models a table given to ``PUT /v1/scalability`` may have: the answer lists them all,
+and every solve reads the table (a 1 MiB CSV could otherwise hold 100,000 one-row models)."""
+
+
 @lru_cache(maxsize=4)
 def parse_table(text: str) -> ScalabilityTable:
     """The table of CSV ``text`` (the last few parsed are cached). Raises ValueError."""
@@ -53,12 +58,23 @@ def summary(service: Service) -> schemas.ScalabilityPublic:
 def replace(service: Service, who: Principal, text: str) -> schemas.ScalabilityPublic:
     """Replace the table with CSV ``text``; audited; marks the allocation stale.
 
+    Both tables are parsed (in time linear in their rows) before the write lock is taken,
+    so a large table never holds up the other writers.
+
     Raises:
-        ValueError: the CSV is malformed (the message names the line).
+        ValueError: the CSV is malformed (the message names the line), or it has more than
+            :data:`TABLE_MAX_MODELS` models.
         Conflict: a model of the current table that an active job runs is missing from
             the new table.
     """
     table = parse_table(text)
+    if len(table.models) > TABLE_MAX_MODELS:
+        raise ValueError(
+            f"scalability table: {len(table.models)} models, more than {TABLE_MAX_MODELS} "
+            "(the most a table may have)"
+        )
+    with service.db.read() as session:
+        stored(session)  # parsed here, found in parse_table's cache under the lock
     with service.db.write() as session:
         current = stored(session)
         active = set(session.scalars(select(Job.model).where(Job.state.in_(ACTIVE_JOB_STATES))))

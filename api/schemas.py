@@ -71,7 +71,9 @@ def integer(ge: int, le: int) -> Any:
     return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_not_a_boolean)]
 
 
-NAME = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")
+NAME_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
+"""A node's name (and an agent's ``node``): letters, digits, ``_ . : -``."""
+NAME = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
 
 
 def _takes_booleans(annotation: Any) -> bool:
@@ -94,13 +96,79 @@ def _has_boolean(value: Any) -> bool:
     return isinstance(value, list) and any(_has_boolean(v) for v in value)
 
 
+def nul_position(value: Any) -> str | None:
+    """Where the first NUL character (U+0000) of ``value`` is: ``position 3`` in a string,
+    ``item 1, position 0`` in a list, ``the value of 'A', position 2`` or ``a key, position
+    0`` in a mapping (nested as deep as the value is); None when it has none. Other values
+    (numbers, models, which check their own fields) have none."""
+    if isinstance(value, str):
+        at = value.find("\x00")
+        return None if at < 0 else f"position {at}"
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if (inner := nul_position(item)) is not None:
+                return f"item {index}, {inner}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (inner := nul_position(key)) is not None:
+                return f"a key, {inner}"
+            if (inner := nul_position(item)) is not None:
+                return f"the value of {key!r}, {inner}"
+    return None
+
+
+def refuse_nul(value: Any) -> None:
+    """Refuse text holding a NUL character: PostgreSQL cannot store one in a text column
+    (the insert fails, a 500), and no process can receive one in an argument or an
+    environment variable.
+
+    Raises:
+        ValueError: ``value`` (a string, or a list or mapping of them) holds a NUL; the
+            message says where (:func:`nul_position`).
+    """
+    where = nul_position(value)
+    if where is not None:
+        raise ValueError(f"a NUL character (U+0000) is not allowed ({where})")
+
+
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+"""The pattern a request schema shows on its free text (what :meth:`Request._no_nul`
+refuses); fields with a pattern of their own already leave NUL out."""
+
+
+def _show_no_nul(schema: dict[str, Any], key_names: bool = False) -> None:
+    """Add :data:`NO_NUL_PATTERN` to every free-text string of ``schema`` (in place): strings
+    with no pattern, enumeration or format, in properties, items, keys (``key_names``: the
+    schema of a mapping's keys, strings whether it says so or not), values and branches (a
+    nested model is a ``$ref`` that states its own)."""
+    text = key_names or schema.get("type") == "string"
+    if text and not {"pattern", "enum", "const", "format"} & set(schema):
+        schema["pattern"] = NO_NUL_PATTERN
+    for key in ("items", "additionalProperties", "propertyNames"):
+        if isinstance(schema.get(key), dict):
+            _show_no_nul(schema[key], key_names=key == "propertyNames")
+    for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
+        for branch in schema.get(key, []):
+            _show_no_nul(branch)
+    for field in schema.get("properties", {}).values():
+        _show_no_nul(field)
+
+
 class Request(BaseModel):
     """Request bodies refuse unknown fields, so a typo is a 422 naming it, NaN or infinite
     numbers (a 422 naming the field, never a 500), ``true``/``false`` where no boolean is
-    expected (pydantic would read them as 1 and 0: ``grace_s: false`` is not 0), and
-    anything but ``true``/``false`` where one is (not ``0``, ``1`` or ``"yes"``)."""
+    expected (pydantic would read them as 1 and 0: ``grace_s: false`` is not 0), anything
+    but ``true``/``false`` where one is (not ``0``, ``1`` or ``"yes"``), and a NUL character
+    (U+0000) in any text: a field, a list item, a key or a value of a mapping (a 422 naming
+    the field and where in it, on SQLite as on PostgreSQL, which cannot store one)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_show_no_nul)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        refuse_nul(value)
+        return value
 
     @field_validator("*", mode="before")
     @classmethod
@@ -166,14 +234,28 @@ class NodeEventsCreate(Request):
 
 
 class NodeEventResult(BaseModel):
-    """What one event did: ``reclaimed_job_id`` is the job that had to release the node.
+    """What one event did. A retry of the same ``event_id`` answers exactly this again
+    (``applied`` and ``reason`` included) and changes nothing.
 
-    A retry of the same ``event_id`` answers exactly this again and changes nothing.
+    Attributes:
+        event_id: the event's id.
+        node: the event's node.
+        state: the event's state (the node's only when ``applied``).
+        applied: whether the node took the event's state. False: an event with a later
+            ``at`` had already been applied to the node (e.g. the scheduler's clock stepped
+            back), so this one changed nothing: the node kept its state and no reclaim was
+            sent.
+        reason: why ``applied`` is false (``superseded by a newer event at <at>``, the
+            ``at`` of the newest event the node had then); None when applied.
+        reclaimed_job_id: the job that had to release the node (a reclaim); None when
+            there was none.
     """
 
     event_id: str
     node: str
     state: NodeState
+    applied: bool
+    reason: str | None
     reclaimed_job_id: str | None
 
 
@@ -204,9 +286,25 @@ class NodePublic(BaseModel):
     holder: str | None
 
 
+NODES_PAGE_DEFAULT = 1000
+"""Nodes per page of ``GET /v1/nodes`` when ``limit`` is not given (a small cluster is one
+page)."""
+NODES_PAGE_MAX = 10000
+"""Most nodes a page of ``GET /v1/nodes`` may ask for (``limit``)."""
+
+
 class NodesPublic(BaseModel):
+    """A page of nodes, by name.
+
+    Attributes:
+        data: the page's nodes.
+        count: nodes in all, on every page.
+        next_cursor: the ``cursor`` that asks for the next page; None on the last page.
+    """
+
     data: list[NodePublic]
     count: int
+    next_cursor: str | None
 
 
 # --- jobs ------------------------------------------------------------------------------
@@ -228,9 +326,12 @@ ENV_MAX_BYTES = 100_000
 """Most variables and most UTF-8 bytes (names and values) of a job's ``env``."""
 
 
-def _no_nul(text: str, what: str) -> None:
-    if "\x00" in text:
-        raise ValueError(f"{what} contains a NUL character, which no process can receive")
+def _program_not_empty(schema: dict[str, Any]) -> None:
+    """Show the rule of :meth:`JobCreate._execable` that JSON Schema can state: the first
+    argument (the program) is not empty; later ones may be."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") == "array":
+            branch["prefixItems"] = [{"type": "string", "minLength": 1}]
 
 
 class JobCreate(Request):
@@ -255,14 +356,16 @@ class JobCreate(Request):
         command: argv the agents run instead of ``entrypoint`` (a first element ending in
             ``.py`` runs under the agent's python); ``{job_id}``, ``{job_dir}``,
             ``{checkpoint_dir}``, ``{total_samples}``, ``{global_batch_size}`` are replaced
-            in every argument. At most 1,000 arguments and 100,000 bytes.
+            in every argument. At most 1,000 arguments and 100,000 bytes; the first (the
+            program) is not empty.
         workdir: directory the workers start in (on every node); None: the agent's choice.
         env: environment variables added for the workers; the launcher's names
             (``INTERSTICE_*``, ``TORCHELASTIC_*``, ``RANK``, ``WORLD_SIZE``, ...) are refused.
         nproc_per_node: worker processes per node, or ``auto`` (one per visible GPU, 1 on CPU).
 
     Rules beyond the fields' own (a 422 when broken): ``min_nodes`` ≤ ``max_nodes``; at
-    most one of ``entrypoint`` and ``command``.
+    most one of ``entrypoint`` and ``command``; no launcher name in ``env``; the UTF-8 byte
+    totals of ``command`` and ``env``.
     """
 
     model: str | None = Field(default=None, min_length=1, max_length=200)
@@ -277,9 +380,18 @@ class JobCreate(Request):
     entrypoint: str | None = Field(
         default=None, min_length=1, max_length=500, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$"
     )
-    command: list[str] | None = Field(default=None, min_length=1, max_length=ARGV_MAX_ARGS)
+    command: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=ARGV_MAX_ARGS,
+        json_schema_extra=_program_not_empty,
+    )
     workdir: str | None = Field(default=None, min_length=1, max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict, max_length=ENV_MAX_VARS)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=ENV_MAX_VARS,
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME.pattern}},
+    )
     nproc_per_node: integer(1, 1024) | Literal["auto"] = "auto"
 
     @field_validator("command")
@@ -290,30 +402,21 @@ class JobCreate(Request):
         if not argv[0]:
             raise ValueError("the program (first argument) is empty")
         sizes = [len(argument.encode()) for argument in argv]
-        for index, (argument, size) in enumerate(zip(argv, sizes, strict=True)):
+        for index, size in enumerate(sizes):
             if size > ARGV_MAX_BYTES:
                 raise ValueError(f"argument {index} has {size} bytes (at most {ARGV_MAX_BYTES})")
-            _no_nul(argument, f"argument {index}")
         if sum(sizes) > ARGV_MAX_BYTES:
             raise ValueError(f"the arguments have {sum(sizes)} bytes (at most {ARGV_MAX_BYTES})")
         return argv
 
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, workdir: str | None) -> str | None:
-        if workdir is not None:
-            _no_nul(workdir, "workdir")
-        return workdir
-
     @field_validator("env")
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
+        for name in env:
             if not ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
             if RESERVED_ENV.match(name):
                 raise ValueError(f"{name} is set by the launcher and may not be given")
-            _no_nul(value, f"the value of {name}")
         size = sum(len(n.encode()) + len(v.encode()) for n, v in env.items())
         if size > ENV_MAX_BYTES:
             raise ValueError(f"names and values have {size} bytes (at most {ENV_MAX_BYTES})")

@@ -136,7 +136,9 @@ class IdleInterval(Base):
 
 
 class NodeEvent(Base):
-    """A scheduler node event, kept so a retried ``event_id`` changes nothing."""
+    """A scheduler node event, kept so a retried ``event_id`` changes nothing and answers
+    the same; ``superseded_by_at`` is the ``at`` of the newer event its node had already
+    taken when it arrived (None: it was applied)."""
 
     __tablename__ = "node_events"
 
@@ -147,6 +149,7 @@ class NodeEvent(Base):
     grace_s: Mapped[float] = mapped_column(Float)
     reclaimed_job_id: Mapped[int | None]
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    superseded_by_at: Mapped[datetime | None]
 
 
 class Agent(Base):

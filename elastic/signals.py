@@ -13,11 +13,15 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class StopSignals:
     """Records SIGTERM/SIGINT instead of dying, so the step in flight can end and be saved.
 
-    The first signal only sets :attr:`received`; a second one restores the
-    previous handler and re-delivers itself (a second Ctrl-C or ``kill`` ends the process at
-    once, e.g. when it hangs in a collective whose peer died). ``torchrun`` and the interstice
-    agent send SIGTERM to the workers, wait a grace period, then SIGKILL. Handlers can only
-    be installed from the main thread; elsewhere this logs a warning and records nothing.
+    The first signal only sets :attr:`received`. A repeated SIGTERM changes nothing: one
+    preemption often arrives twice (GNU ``timeout``, Slurm and process managers signal the
+    whole process group, and ``torchrun`` sends its workers SIGTERM again when a second
+    signal interrupts its own shutdown), and dying then would lose the checkpoint being
+    saved; whoever sends it kills with SIGKILL once its grace period is over. A second
+    SIGINT after a first signal restores the previous handler and re-delivers itself: a
+    second Ctrl-C ends the process at once (e.g. when it hangs in a collective whose peer
+    died). Handlers can only be installed from the main thread; elsewhere this logs a
+    warning and records nothing.
 
     Example:
         >>> import os, signal
@@ -39,7 +43,7 @@ class StopSignals:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.received:
+        if self.received and signum == signal.SIGINT:
             self.restore()
             signal.raise_signal(signum)
             return

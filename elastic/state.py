@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from interstice.elastic import env, sharded
+from interstice.elastic import env, lock, sharded
 from interstice.elastic.sampler import ElasticSampler
 from interstice.elastic.signals import StopSignals
 from torch.nn.parallel import DistributedDataParallel
@@ -105,7 +105,9 @@ class State:
         scheduler: a learning-rate scheduler stepped once per optimizer step, or None.
         checkpoint_dir: folder of the job's checkpoint (shared by all nodes); None takes
             ``INTERSTICE_CHECKPOINT_DIR``; with neither, :meth:`save` and :meth:`load` do
-            nothing.
+            nothing. Constructing the State waits until no worker of an earlier run of the
+            job holds it (:mod:`interstice.elastic.lock`), then holds it until this
+            process exits: a run never loads a checkpoint an earlier run is still saving.
         save_every_steps: also save after every this many steps (None: never by count).
         save_every_s: also save when this many seconds passed since the last save, measured
             on rank 0 and agreed in the step's collective (None: never by time).
@@ -128,6 +130,7 @@ class State:
 
     Raises:
         ValueError: ``save_every_steps`` or ``save_every_s`` not positive.
+        OSError: the checkpoint dir or its lock file cannot be created.
 
     Example:
         >>> import tempfile, torch
@@ -189,6 +192,8 @@ class State:
         self.extra = dict(extra)
         self._device = ctx.device
         self._signals = StopSignals()
+        if self.checkpoint_dir is not None:
+            lock.hold(self.checkpoint_dir)  # waits for an earlier run's workers to exit
         self._decided_at_step: int | None = None
         self._pending: tuple[Any, Any, torch.Tensor, bool] | None = None
         self._stop = False

@@ -16,6 +16,7 @@ as TOML keys; it is validated here first, so a bad or unknown key is one line na
 """
 
 import json
+import math
 import os
 import shlex
 import stat
@@ -48,6 +49,7 @@ CONFIG_KEYS = ("server", "token")
 ENDED_STATES = ("finished", "cancelled", "failed")
 EXIT_ERROR = 1  # the service unreachable or 5xx; ``wait``: the job failed or was cancelled
 EXIT_TIMEOUT = 124  # ``wait --timeout-s`` ran out, as timeout(1)
+MAX_PERIOD_S = 3600.0  # longest poll period of ``wait`` and ``logs --follow``, seconds
 
 ServerOption = Annotated[
     str | None,
@@ -216,6 +218,30 @@ def number(text: str) -> int | float | str:
         except ValueError:
             pass
     return text
+
+
+def bounded(
+    option: str, text: str | None, least: float, most: float = math.inf, *, integer: bool = False
+) -> Any:
+    """The number ``text`` gives ``option`` (None for None): finite, at least ``least`` and at
+    most ``most``. Parsed here, not by typer, so that a bad value is one line naming the
+    option, not a usage panel.
+
+    Raises:
+        typer.Exit: (code 2) not a number (an integer with ``integer``), not finite, or out
+            of bounds.
+    """
+    if text is None:
+        return None
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        fail(f"{option} must be {'an integer' if integer else 'a number'}, got {text!r}")
+    if not math.isfinite(value) or value < least:
+        fail(f"{option} must be at least {least:g}, got {text!r}")
+    if value > most:
+        fail(f"{option} must be at least {least:g} and at most {most:g}, got {text!r}")
+    return value
 
 
 def read_job_file(path: Path) -> dict[str, Any]:
@@ -417,12 +443,14 @@ def list_jobs(
     state: Annotated[
         str | None, typer.Option(help="Only jobs in this state (queued, running, ...).")
     ] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    limit: Annotated[
+        str, typer.Option(metavar="INT", help="At most this many, newest first.")
+    ] = "100",
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
     """Your jobs, newest first (like squeue): id, state, nodes, world size, samples, loss."""
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {"limit": bounded("--limit", limit, 1, integer=True)}
     if state is not None:
         params["state"] = state
     answer = client(server, token).call("GET", "/v1/jobs", params=params)
@@ -447,12 +475,18 @@ def show(
 @job_app.command("logs")
 def logs(
     job_id: JobIdArgument,
-    rank: Annotated[int, typer.Option(help="Global rank whose output to show.")] = 0,
-    tail: Annotated[int, typer.Option(help="Last this many lines.")] = 200,
+    rank_text: Annotated[
+        str, typer.Option("--rank", metavar="INT", help="Global rank whose output to show.")
+    ] = "0",
+    tail_text: Annotated[
+        str, typer.Option("--tail", metavar="INT", help="Last this many lines.")
+    ] = "200",
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
     ] = False,
-    period_s: Annotated[float, typer.Option(help="Poll period of --follow, seconds.")] = 1.0,
+    period_text: Annotated[
+        str, typer.Option("--period-s", metavar="FLOAT", help="Poll period of --follow, seconds.")
+    ] = "1.0",
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -460,6 +494,9 @@ def logs(
 
     With --follow it waits for the log to appear and prints what is appended until the job has ended.
     """  # noqa: E501 (one paragraph of --help)
+    rank = bounded("--rank", rank_text, 0, integer=True)
+    tail = bounded("--tail", tail_text, 0, integer=True)
+    period_s = bounded("--period-s", period_text, 0, MAX_PERIOD_S)
     api = client(server, token)
     if not follow:
         answer = api.call("GET", f"/v1/jobs/{job_id}/logs", params={"rank": rank, "tail": tail})
@@ -496,10 +533,15 @@ def cancel(job_id: JobIdArgument, server: ServerOption = None, token: TokenOptio
 @job_app.command("wait")
 def wait(
     job_id: JobIdArgument,
-    timeout_s: Annotated[
-        float | None, typer.Option(help="Give up after this many seconds (exit 124).")
+    timeout_text: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout-s", metavar="FLOAT", help="Give up after this many seconds (exit 124)."
+        ),
     ] = None,
-    period_s: Annotated[float, typer.Option(help="Poll period, seconds.")] = 2.0,
+    period_text: Annotated[
+        str, typer.Option("--period-s", metavar="FLOAT", help="Poll period, seconds.")
+    ] = "2.0",
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -507,6 +549,8 @@ def wait(
 
     Exit code 0 finished, 1 failed or cancelled (the reason printed), 2 bad input, 124 timed out.
     """
+    timeout_s = bounded("--timeout-s", timeout_text, 0)
+    period_s = bounded("--period-s", period_text, 0, MAX_PERIOD_S)
     api = client(server, token)
     last: dict[str, Any] = {}
 

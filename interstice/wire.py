@@ -19,9 +19,9 @@ Run directory (``<agent workdir>/<job_id>``, node-local)::
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 # -- names ------------------------------------------------------------------------------
 
@@ -117,6 +117,35 @@ def expand_placeholders(argv: Sequence[str], values: Mapping[str, object]) -> li
                 argument = argument.replace("{" + name + "}", str(values[name]))
         expanded.append(argument)
     return expanded
+
+
+# -- paged lists ------------------------------------------------------------------------
+
+
+def all_pages(fetch: Callable[[str | None], Mapping[str, Any]]) -> list[Any]:
+    """Every item of a paged list (``GET /v1/nodes``), following ``next_cursor``.
+
+    Args:
+        fetch: answers one page (``data`` and ``next_cursor``) given the cursor to send as
+            ``?cursor=``, None for the first page.
+
+    Returns:
+        The ``data`` of every page, in order.
+
+    Example:
+        >>> pages = {None: {"data": [1, 2], "next_cursor": "b"}, "b": {"data": [3],
+        ...          "next_cursor": None}}
+        >>> all_pages(pages.__getitem__)
+        [1, 2, 3]
+    """
+    items: list[Any] = []
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        items += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
 
 
 # -- job directory ----------------------------------------------------------------------

@@ -68,6 +68,13 @@ class ScalabilityTable(BaseModel):
 
     @model_validator(mode="after")
     def _one_rate_per_point(self) -> ScalabilityTable:
+        """One rate per (model, nodes, depth), one ``progress_per_sample`` and a row with
+        nodes > 0 per (model, depth); checked in one pass over the rows and one over the
+        groups, so the time is linear in the rows.
+
+        Raises:
+            ValueError: the first rule broken, naming the model, depth (and count).
+        """
         seen: set[tuple[str, int, int]] = set()
         for p in self.points:
             key = (p.model, p.nodes, p.spb_depth)
@@ -77,43 +84,36 @@ class ScalabilityTable(BaseModel):
                     f"nodes {p.nodes}, spb_depth {p.spb_depth}"
                 )
             seen.add(key)
-        for model in {p.model for p in self.points}:
-            for depth in {p.spb_depth for p in self.points if p.model == model}:
-                progress = {
-                    p.progress_per_sample
-                    for p in self.points
-                    if p.model == model and p.spb_depth == depth
-                }
-                if len(progress) > 1:
-                    raise ValueError(
-                        f"scalability table: model {model!r} depth {depth} has more than one "
-                        "progress_per_sample"
-                    )
-                rows = [p for p in self.points if p.model == model and p.spb_depth == depth]
-                if not any(p.nodes > 0 for p in rows):
-                    raise ValueError(
-                        f"scalability table: model {model!r} depth {depth} has no row with "
-                        "nodes > 0"
-                    )
+        for (model, depth), rows in self._groups.items():
+            if len({p.progress_per_sample for p in rows}) > 1:
+                raise ValueError(
+                    f"scalability table: model {model!r} depth {depth} has more than one "
+                    "progress_per_sample"
+                )
+            if not any(p.nodes > 0 for p in rows):
+                raise ValueError(
+                    f"scalability table: model {model!r} depth {depth} has no row with nodes > 0"
+                )
         return self
+
+    @cached_property
+    def _groups(self) -> dict[tuple[str, int], list[ScalabilityPoint]]:
+        """The rows per (model, SPB depth), in the order of their first row."""
+        groups: dict[tuple[str, int], list[ScalabilityPoint]] = {}
+        for p in self.points:
+            groups.setdefault((p.model, p.spb_depth), []).append(p)
+        return groups
 
     @cached_property
     def _curves(self) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, float]]:
         curves: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, float]] = {}
-        for model, depth in {(p.model, p.spb_depth) for p in self.points}:
-            rows = sorted(
-                (p for p in self.points if p.model == model and p.spb_depth == depth),
-                key=lambda p: p.nodes,
-            )
+        for key, group in self._groups.items():
+            rows = sorted(group, key=lambda p: p.nodes)
             counts = [p.nodes for p in rows]
             rates = [p.samples_per_s for p in rows]
             if counts[0] != 0:
                 counts, rates = [0, *counts], [0.0, *rates]
-            curves[(model, depth)] = (
-                np.array(counts),
-                np.array(rates),
-                rows[0].progress_per_sample,
-            )
+            curves[key] = (np.array(counts), np.array(rates), rows[0].progress_per_sample)
         return curves
 
     @cached_property
@@ -259,14 +259,21 @@ class ScalabilityTable(BaseModel):
         1 and false); other columns are ignored.
 
         Raises:
-            ValueError: a missing column or a bad value, naming the line.
+            ValueError: a missing column, a malformed line or a bad value, naming the line.
         """
-        reader = csv.DictReader(io.StringIO(text))
-        missing = {"model", "nodes", "samples_per_s"} - set(reader.fieldnames or ())
+        reader = csv.DictReader(io.StringIO(text, newline=""))  # "\r" ends a line too
+        try:
+            fieldnames, rows = reader.fieldnames, list(reader)
+        except csv.Error as exc:  # e.g. a field over csv.field_size_limit(), on the line
+            # after the ones read
+            raise ValueError(f"scalability table line {reader.line_num + 1}: {exc}") from None
+        missing = {"model", "nodes", "samples_per_s"} - set(fieldnames or ())
         if missing:
             raise ValueError(f"scalability table: missing column(s) {', '.join(sorted(missing))}")
         points = []
-        for line, row in enumerate(reader, start=2):
+        for line, row in enumerate(rows, start=2):
+            if None in (row["model"], row["nodes"], row["samples_per_s"]):
+                raise ValueError(f"scalability table line {line}: too few fields")
             try:
                 points.append(
                     ScalabilityPoint(

@@ -74,3 +74,12 @@ def test_compose_environment_names_settings() -> None:
         for variable in environment:
             if variable.startswith("INTERSTICE_"):
                 assert variable in fields, f"{name}: {variable} is no setting"
+
+
+def test_compose_builds_on_the_dockerfiles_default_base() -> None:
+    """compose.yaml's INTERSTICE_BASE falls back to the Dockerfile's own base (a registry's
+    python:3.11-slim), so that compose without the variable builds what docker build does."""
+    base = re.search(r"^ARG BASE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert base, "the Dockerfile takes no ARG BASE"
+    defaults = re.findall(r"\$\{INTERSTICE_BASE:-([^}]+)\}", (ROOT / "compose.yaml").read_text())
+    assert defaults and set(defaults) == {base.group(1)}

@@ -6,7 +6,7 @@ read or write. Format: one ``key=value`` per line (dotenv syntax; ``#`` comments
 of their own, since prolog.sh reads ``partition``, ``state_dir`` and ``interstice_bin`` with
 sed), keys as in :class:`AgentConf`::
 
-    server_url=https://interstice.example.org:8000
+    server_url=https://interstice-a.example.org:8000,https://interstice-b.example.org:8000
     agent_token=...
     partition=scavenger
     grace_s=30
@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 DEFAULT_CONF_PATH = Path("/etc/interstice/agent.conf")
 CONF_PATH_ENV = "INTERSTICE_AGENT_CONF"
+AUTO_PORTS = "auto"
+"""``ports=auto``: the Prolog picks two free ports for the agent."""
 
 
 class AgentConfError(ValueError):
@@ -35,7 +37,9 @@ class AgentConf(BaseModel):
     """Settings of the agent that a Slurm Prolog starts on a node.
 
     Attributes:
-        server_url: the interstice service's base URL (``--server`` of ``interstice agent``).
+        server_url: the interstice service's base URL (``--server`` of ``interstice agent``),
+            or the URLs of all its replicas separated by commas: the agent fails over
+            between them.
         agent_token: a token of role ``agent`` (``interstice token create --role agent``).
         partition: the scavenger partition; the Prolog starts an agent only for its jobs.
         grace_s: the agent's ``--grace-s`` and the seconds the Epilog waits for the agent to
@@ -47,6 +51,10 @@ class AgentConf(BaseModel):
         agent_user: run the agent as this user instead of root; empty for root.
         preemption_signal: the signal the Epilog sends first. SIGTERM, as Slurm itself sends
             at preemption; not SIGUSR1, which NCCL may use internally.
+        ports: the agent's rendezvous ports (``--ports``), comma-separated; empty for the
+            agent's default (29500,29501); ``auto`` for two ports free when the Prolog runs,
+            where several slurmd share a host (multiple-slurmd test clusters), so that their
+            agents do not all host their rendezvous on one port.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,13 +68,32 @@ class AgentConf(BaseModel):
     state_dir: Path = Path("/run/interstice")
     agent_user: str = ""
     preemption_signal: str = "SIGTERM"
+    ports: str = ""
 
     @field_validator("server_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
+    def _http_urls(cls, value: str) -> str:
+        urls = [url.strip().rstrip("/") for url in value.split(",") if url.strip()]
+        bad = [url for url in urls if not url.startswith(("http://", "https://"))]
+        if not urls or bad:
+            raise ValueError(
+                f"{bad[0] if bad else value!r}: each URL must start with http:// or https://"
+            )
+        return ",".join(urls)
+
+    @field_validator("ports")
+    @classmethod
+    def _port_list(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("", AUTO_PORTS):
+            return value
+        try:
+            ports = [int(part) for part in value.split(",")]
+        except ValueError:
+            ports = []
+        if not ports or not all(0 < port < 65536 for port in ports):
+            raise ValueError(f"{value!r}: give ports in 1..65535 separated by commas, or auto")
+        return ",".join(map(str, ports))
 
     @field_validator("preemption_signal")
     @classmethod

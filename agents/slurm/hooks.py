@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from interstice.agents.slurm.config import AgentConf
+from interstice.agents.slurm.config import AUTO_PORTS, AgentConf
 from interstice.agents.slurm.env import SlurmJobEnv
 
 from interstice import wire
+from interstice.ports import free_ports
 
 POLL_S = 0.05
 """How often the Epilog checks whether the agent has exited, in seconds."""
@@ -101,7 +102,13 @@ def agent_command(conf: AgentConf, node: str) -> list[str]:
         conf.preemption_signal,
         "--grace-s",
         f"{conf.grace_s:g}",
+        *(["--ports", _ports(conf.ports)] if conf.ports else []),
     ]
+
+
+def _ports(setting: str) -> str:
+    """The ``--ports`` value of agent.conf's ``ports``: as given, or two free ports for auto."""
+    return ",".join(map(str, free_ports(2))) if setting == AUTO_PORTS else setting
 
 
 def agent_environment(conf: AgentConf, job_id: str) -> dict[str, str]:

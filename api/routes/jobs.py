@@ -103,10 +103,16 @@ def get_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
     return jobs.get_job(service, who, job_id)
 
 
-@router.delete("/{job_id}", **roles("user", "admin", errors=(404, 409)))
+@router.delete(
+    "/{job_id}",
+    summary="Cancel a job (it stays, cancelled)",
+    **roles("user", "admin", errors=(404, 409)),
+)
 def cancel_job(job_id: str, service: ServiceDep, who: UserToken) -> JobPublic:
     """Cancel a queued or running job: its agents get ``stop``, its nodes are re-allocated.
-    409 when the job already ended. Roles: user, admin."""
+    The job is not deleted: it answers here in state ``cancelled``, and so does
+    ``GET /v1/jobs/{job_id}`` from then on (its record, metrics and logs stay). 409 when the
+    job already ended. Roles: user, admin."""
     return jobs.cancel_job(service, who, job_id)
 
 

@@ -7,6 +7,9 @@ from fastapi import APIRouter, Query
 from interstice.api import nodes, reports
 from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
 from interstice.api.schemas import (
+    NAME_PATTERN,
+    NODES_PAGE_DEFAULT,
+    NODES_PAGE_MAX,
     NodeEventsCreate,
     NodeEventsResult,
     NodeHistoryPublic,
@@ -29,6 +32,12 @@ async def post_node_events(
     nothing and answers the same; 409 when it is reused for a different event (nothing of
     the batch is applied). A batch is written 1,000 events per transaction: a reclaim
     posted meanwhile is applied between two of them, before the other writes waiting.
+
+    The node's state follows its event with the latest ``at``: an event older than one
+    the node already took changes nothing (no state change, no reclaim) and answers
+    ``applied: false`` with ``reason`` ``superseded by a newer event at <at>``. 422 for a
+    malformed event (nothing of the batch is applied), naming it, e.g. a NUL character in
+    ``event_id``.
     """
     return await anyio.to_thread.run_sync(
         nodes.node_events, service, body, limiter=service.event_writes
@@ -36,10 +45,33 @@ async def post_node_events(
 
 
 @router.get("", **roles("scheduler", "admin"))
-def get_nodes(service: ServiceDep, _: NodeReader) -> NodesPublic:
-    """Every node: scheduler state, agent, holder and whether it is allocatable (idle with
-    an alive agent). Roles: scheduler, admin."""
-    return nodes.list_nodes(service)
+def get_nodes(
+    service: ServiceDep,
+    _: NodeReader,
+    limit: Annotated[
+        int,
+        Query(ge=1, le=NODES_PAGE_MAX, description="most nodes on the page"),
+    ] = NODES_PAGE_DEFAULT,
+    cursor: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NAME_PATTERN,
+            description="the previous page's ``next_cursor``; none: the first page",
+        ),
+    ] = None,
+) -> NodesPublic:
+    """The nodes by name, a page at a time: scheduler state, agent, holder and whether it is
+    allocatable (idle with an alive agent). Roles: scheduler, admin.
+
+    A page holds at most ``limit`` nodes (default 1,000, at most 10,000: a small cluster is
+    one page); ``count`` is the number of all nodes; ``next_cursor``, an opaque string, asks
+    for the next page (``?cursor=``) and is null on the last. A node added meanwhile shows
+    on a later page when its name sorts after the cursor. 422 names ``limit`` or ``cursor``
+    when out of range or malformed.
+    """
+    return nodes.list_nodes(service, limit, cursor)
 
 
 @router.get("/history", **roles("scheduler", "admin"))

@@ -43,6 +43,20 @@ export async function call(method, path, body) {
 
 export const get = (path) => call("GET", path);
 
+// Every item of a paged list (GET /v1/nodes): the `data` of each page, following
+// `next_cursor` until it is null.
+export async function getAll(path) {
+  const items = [];
+  let cursor = null;
+  do {
+    const separator = path.includes("?") ? "&" : "?";
+    const page = await get(cursor === null ? path : `${path}${separator}cursor=${encodeURIComponent(cursor)}`);
+    items.push(...page.data);
+    cursor = page.next_cursor;
+  } while (cursor !== null && cursor !== undefined);
+  return items;
+}
+
 // A time `seconds` ago as the API's `since` parameter (ISO 8601, UTC).
 export function sinceAgo(seconds) {
   return new Date(Date.now() - seconds * 1000).toISOString();

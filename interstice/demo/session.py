@@ -381,7 +381,7 @@ class Demo:
     def view(self, elapsed_s: float) -> Any:
         """The live view now."""
         assert self.cluster is not None and self.scheduler is not None and self.plan
-        nodes = self.cluster.request("admin", "GET", "/v1/nodes")["data"]
+        nodes = self.cluster.service_nodes("admin")
         jobs = self.cluster.request("admin", "GET", "/v1/jobs")["data"]
         trace_at = self.plan.window_start + np.timedelta64(int(elapsed_s * self.plan.speedup), "s")
         return live_view(

@@ -96,7 +96,7 @@ def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) 
         signalled = time.monotonic()
         assert cluster.stop_agent("n0", timeout_s=AGENT_GRACE_S + 5) == 0
         assert time.monotonic() - signalled < AGENT_GRACE_S
-        nodes = cluster.request("scheduler", "GET", "/v1/nodes")["data"]
+        nodes = cluster.service_nodes()
         assert next(n for n in nodes if n["name"] == "n0")["holder"] is None
         records = cluster.worker_records(job_id)
     finally:

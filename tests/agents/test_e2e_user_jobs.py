@@ -66,7 +66,7 @@ def last_json_line(text: str) -> dict[str, Any]:
 
 
 def holder_of(cluster: LocalCluster, node: str) -> str | None:
-    nodes = cluster.request("scheduler", "GET", "/v1/nodes")["data"]
+    nodes = cluster.service_nodes()
     return next(n for n in nodes if n["name"] == node)["holder"]
 
 

@@ -79,11 +79,15 @@ def test_load_agent_conf(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"server_url": "head:8000"}, "server_url: Value error, must start with http"),
+        ({"server_url": "head:8000"}, "server_url: Value error, 'head:8000': each URL must"),
+        ({"server_url": "http://a:8000,b:8000"}, "server_url: Value error, 'b:8000': each URL"),
+        ({"server_url": ","}, "server_url: Value error, ',': each URL must start"),
         ({"agent_token": ""}, "agent_token: String should have at least 1 character"),
         ({"grace_s": "0.5"}, "grace_s: Input should be greater than or equal to 1"),
         ({"preemption_signal": "SIGNOPE"}, "preemption_signal: Value error, 'SIGNOPE'"),
         ({"grace": "3"}, "grace: Extra inputs are not permitted"),
+        ({"ports": "29500,x"}, "ports: Value error, '29500,x': give ports in 1..65535"),
+        ({"ports": "0"}, "ports: Value error, '0': give ports"),
     ],
 )
 def test_load_agent_conf_names_the_bad_key(tmp_path: Path, values: dict, message: str) -> None:
@@ -98,6 +102,26 @@ def test_load_agent_conf_refuses_a_readable_token(tmp_path: Path) -> None:
         load_agent_conf(path)
     with pytest.raises(AgentConfError, match="cannot read .*absent.conf"):
         load_agent_conf(tmp_path / "absent.conf")
+
+
+def test_agent_conf_with_every_replica_gives_the_agent_each_url(tmp_path: Path) -> None:
+    path = write_conf(tmp_path, server_url="http://head-a:8000/, http://head-b:8000")
+    conf = load_agent_conf(path)
+    assert conf.server_url == "http://head-a:8000,http://head-b:8000"
+    command = agent_command(conf, "a01n02")
+    assert command[command.index("--server") + 1] == "http://head-a:8000,http://head-b:8000"
+
+
+def test_agent_ports_given_default_or_picked_free(tmp_path: Path) -> None:
+    def ports_of(**values: str) -> list[str]:
+        command = agent_command(load_agent_conf(write_conf(tmp_path, **values)), "a01n02")
+        return command[command.index("--ports") + 1 :][:1] if "--ports" in command else []
+
+    assert ports_of() == []  # the agent's own default
+    assert ports_of(ports="29600, 29601") == ["29600,29601"]
+    first, second = (ports_of(ports="auto")[0].split(",") for _ in range(2))
+    assert len(first) == 2 and len(set(first)) == 2 and all(int(p) > 0 for p in first)
+    assert len(second) == 2
 
 
 def test_conf_path() -> None:

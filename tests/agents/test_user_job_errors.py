@@ -96,7 +96,7 @@ def wait_failed(cluster: LocalCluster, job_id: str) -> dict[str, Any]:
 
 def assert_nodes_back_in_the_pool(cluster: LocalCluster) -> None:
     def free() -> bool:
-        nodes = cluster.request("scheduler", "GET", "/v1/nodes")["data"]
+        nodes = cluster.service_nodes()
         return all(n["holder"] is None and n["allocatable"] for n in nodes)
 
     cluster.wait_for(free, 30, "every node unheld and allocatable", period_s=0.5)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import sys
@@ -19,7 +18,10 @@ from interstice.api.settings import Settings
 from interstice.api.state import parse_id
 from interstice.api.tables import Agent
 from polling import wait_until
+from postgres_server import PostgresServer  # noqa: F401 (the tests import it from here)
 from sqlalchemy import select
+
+from interstice.wire import all_pages
 
 SCALABILITY_CSV = """model,nodes,samples_per_s,spb_depth,progress_per_sample
 tinycnn,1,100,0,1
@@ -51,24 +53,6 @@ def free_port() -> int:
 
 
 @dataclass
-class PostgresServer:
-    """A throw-away PostgreSQL cluster; :meth:`new_database` gives a fresh database URL."""
-
-    port: int
-    _names: Any = None
-
-    def new_database(self) -> str:
-        import psycopg
-
-        name = f"t{next(self._names)}_{os.getpid()}"
-        with psycopg.connect(
-            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
-        ) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
-
-
-@dataclass
 class Api:
     """A running app with one token per role (``tokens``) and a second user (``other``)."""
 
@@ -87,6 +71,17 @@ class Api:
     @property
     def app(self) -> Any:
         return self.client.app
+
+    def nodes(self, role: str = "scheduler") -> list[dict[str, Any]]:
+        """Every node (``GET /v1/nodes``, all its pages) as ``role``."""
+
+        def page(cursor: str | None) -> dict[str, Any]:
+            params = {} if cursor is None else {"cursor": cursor}
+            r = self.call("GET", "/v1/nodes", role, params=params)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        return all_pages(page)
 
     def register(self, node: str, port: int = 29500, report_idle: bool = False) -> str:
         """Register an agent on ``node`` (host ``h-<node>``); returns its id."""

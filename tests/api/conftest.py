@@ -8,93 +8,25 @@ skip, saying why, where the binaries or the user are absent.
 
 from __future__ import annotations
 
-import glob
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from itertools import count
 from pathlib import Path
 from typing import Any
 
 import pytest
-from api_helpers import ROLES, SCALABILITY_CSV, Api, PostgresServer, free_port
+from api_helpers import ROLES, SCALABILITY_CSV, Api
 from fastapi.testclient import TestClient
 from interstice.api.main import create_app
 from interstice.api.service import create_token
 from interstice.api.settings import Settings
-
-
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(found[-1]).parent if found else None
+from postgres_server import PostgresServer, running_postgres
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """A PostgreSQL server in a temporary folder, run as the ``postgres`` user."""
-    bin_dir = _pg_bin()
-    if bin_dir is None:
-        pytest.skip(
-            "PostgreSQL absent: no /usr/lib/postgresql/*/bin/pg_ctl (apt-get install postgresql)"
-        )
-    try:
-        pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("PostgreSQL absent: no 'postgres' user to run the server as")
-    run_as: list[str] = [] if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--"]
-    folder = Path(tempfile.mkdtemp(prefix="interstice-pg-"))
-    if run_as:
-        shutil.chown(folder, "postgres")
-    data = folder / "data"
-    port = free_port()
-    subprocess.run(
-        [
-            *run_as,
-            str(bin_dir / "initdb"),
-            "-D",
-            str(data),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    subprocess.run(
-        [
-            *run_as,
-            str(bin_dir / "pg_ctl"),
-            "-D",
-            str(data),
-            "-l",
-            str(folder / "log"),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off",
-            "start",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )
-    try:
-        yield PostgresServer(port=port, _names=count())
-    finally:
-        subprocess.run(
-            [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True,
-            timeout=60,
-        )
-        shutil.rmtree(folder, ignore_errors=True)
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -118,7 +118,7 @@ def test_a_heartbeat_revives_a_lost_agent_and_its_node(api) -> None:
     service = api.app.state.service
 
     def n1() -> dict:
-        return api.call("GET", "/v1/nodes", "admin").json()["data"][0]
+        return api.nodes("admin")[0]
 
     silence(service, agent)
     leases.sweep(service)

@@ -48,7 +48,7 @@ def test_a_job_starts_on_every_idle_node_with_one_rendezvous(api) -> None:
     assert (shown["state"], shown["nodes"], shown["world_size"]) == ("running", ["n1", "n2"], 2)
     assert shown["rescales"][0]["from_nodes"] == []
     assert shown["rescales"][0]["to_nodes"] == ["n1", "n2"]
-    nodes = api.call("GET", "/v1/nodes", "scheduler").json()["data"]
+    nodes = api.nodes()
     assert [(n["name"], n["holder"], n["agent"]["state"]) for n in nodes] == [
         ("n1", job["job_id"], "alive"),
         ("n2", job["job_id"], "alive"),
@@ -219,7 +219,7 @@ def test_a_lost_agent_leaves_the_pool_and_its_job_shrinks(make_api) -> None:
         finally:
             done.set()
             beating.join()
-        nodes = {n["name"]: n for n in api.call("GET", "/v1/nodes", "admin").json()["data"]}
+        nodes = {n["name"]: n for n in api.nodes("admin")}
         assert nodes["n2"]["agent"]["state"] == "lost"
         assert nodes["n2"]["allocatable"] is False
         assert nodes["n1"]["agent"]["state"] == "alive"

@@ -187,7 +187,7 @@ def test_a_tiny_fractional_sample_budget_is_422(api: Api) -> None:
 
 
 def _node_state(api: Api, name: str) -> str:
-    nodes = api.call("GET", "/v1/nodes", "scheduler").json()["data"]
+    nodes = api.nodes()
     return next(n["state"] for n in nodes if n["name"] == name)
 
 

@@ -45,7 +45,7 @@ def test_a_reclaim_posted_during_a_large_batch_is_applied(api: Api) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.json()["count"] == 10000
     assert _stored_events(api) == before + 10001
-    nodes = api.call("GET", "/v1/nodes", "scheduler").json()["data"]
+    nodes = api.nodes()
     assert sum(n["name"].startswith("x") for n in nodes) == 3000
     assert {n["name"]: n["state"] for n in nodes}["n2"] == "busy"
 

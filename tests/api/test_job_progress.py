@@ -85,7 +85,7 @@ def test_job_state_failed_fails_the_job_with_its_error_and_frees_the_nodes(api) 
     assert (shown["state"], shown["nodes"]) == ("failed", [])
     assert shown["error"] == f"on n1: {error}"
     assert shown["rescales"][-1]["reason"] == "failed"
-    nodes = {n["name"]: n for n in api.call("GET", "/v1/nodes", "admin").json()["data"]}
+    nodes = {n["name"]: n for n in api.nodes("admin")}
     assert nodes["n1"]["holder"] is None and nodes["n1"]["allocatable"] is True
     assert [c["kind"] for c in api.poll(agents["n1"], wait=0)] == ["stop"]
 

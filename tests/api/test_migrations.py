@@ -1,13 +1,14 @@
 """Migration 0002 on a database written by 0001: existing jobs keep their values under the
 new names (batch_size -> global_batch_size, checkpoint_dir -> job_dir, total_samples an
-integer), the new columns get their defaults, and the downgrade restores 0001's schema."""
+integer), the new columns get their defaults, and the downgrade restores 0001's schema.
+Migration 0005 on one written by 0004: stored node events count as applied."""
 
 from __future__ import annotations
 
 from alembic import command
 from interstice.api import db as database
-from interstice.api.tables import Job, Rescale
-from sqlalchemy import inspect, text
+from interstice.api.tables import Job, NodeEvent, Rescale
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.orm import Session
 
 
@@ -16,33 +17,33 @@ def _migrate(engine, revision: str, down: bool = False) -> None:  # type: ignore
         (command.downgrade if down else command.upgrade)(config, revision)
 
 
-def test_0002_keeps_the_jobs_of_0001(db_url: str) -> None:
+def _engine_at(db_url: str, revision: str, *rows: str) -> Engine:
+    """An engine on ``db_url`` migrated to ``revision``, with the ``INSERT`` statements
+    ``rows`` run."""
     engine = database.make_engine(db_url)
-    _migrate(engine, "0001")
+    _migrate(engine, revision)
     with engine.begin() as c:
-        c.execute(
-            text(
-                "INSERT INTO tokens (id, name, role, token_sha256, created_at) "
-                "VALUES (1, 'u', 'user', 'x', '2026-01-01 00:00:00')"
-            )
-        )
-        c.execute(
-            text(
-                "INSERT INTO jobs (id, owner_token_id, state, model, min_nodes, max_nodes, "
-                "total_samples, samples_done, priority, parallelism, batch_size, rescale_up_s, "
-                "rescale_down_s, entrypoint, command, checkpoint_dir, spb_depth, generation, "
-                "failed_commands, submitted_at) VALUES (1, 1, 'running', 'tinycnn', 1, 2, "
-                "1500.5, 10, 1, 'dp', 32, 18, 12, NULL, NULL, '/c/j-1', 0, 1, 0, "
-                "'2026-01-01 00:00:00')"
-            )
-        )
-        c.execute(
-            text(
-                "INSERT INTO rescales (id, job_id, at, from_nodes, to_nodes, from_spb_depth, "
-                "to_spb_depth, reason) VALUES (1, 1, '2026-01-01 00:00:01', '[]', '[\"n1\"]', "
-                "0, 0, 'allocation')"
-            )
-        )
+        for row in rows:
+            c.execute(text(row))
+    return engine
+
+
+def test_0002_keeps_the_jobs_of_0001(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0001",
+        "INSERT INTO tokens (id, name, role, token_sha256, created_at) "
+        "VALUES (1, 'u', 'user', 'x', '2026-01-01 00:00:00')",
+        "INSERT INTO jobs (id, owner_token_id, state, model, min_nodes, max_nodes, "
+        "total_samples, samples_done, priority, parallelism, batch_size, rescale_up_s, "
+        "rescale_down_s, entrypoint, command, checkpoint_dir, spb_depth, generation, "
+        "failed_commands, submitted_at) VALUES (1, 1, 'running', 'tinycnn', 1, 2, "
+        "1500.5, 10, 1, 'dp', 32, 18, 12, NULL, NULL, '/c/j-1', 0, 1, 0, "
+        "'2026-01-01 00:00:00')",
+        "INSERT INTO rescales (id, job_id, at, from_nodes, to_nodes, from_spb_depth, "
+        "to_spb_depth, reason) VALUES (1, 1, '2026-01-01 00:00:01', '[]', '[\"n1\"]', "
+        "0, 0, 'allocation')",
+    )
     database.upgrade(engine)
     with Session(engine) as session:
         job = session.get_one(Job, 1)
@@ -56,4 +57,20 @@ def test_0002_keeps_the_jobs_of_0001(db_url: str) -> None:
     assert {"batch_size", "checkpoint_dir"} <= columns
     assert not {"global_batch_size", "job_dir", "env"} & columns
     assert "job_metrics" not in inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_0005_takes_the_stored_events_as_applied(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0004_tokens",
+        "INSERT INTO node_events (event_id, node, state, at, grace_s, reclaimed_job_id, "
+        "received_at) VALUES ('e1', 'n1', 'idle', '2026-01-01 00:00:00', 0, NULL, "
+        "'2026-01-01 00:00:01')",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        assert session.get_one(NodeEvent, "e1").superseded_by_at is None
+    _migrate(engine, "0004_tokens", down=True)
+    assert "superseded_by_at" not in {c["name"] for c in inspect(engine).get_columns("node_events")}
     engine.dispose()

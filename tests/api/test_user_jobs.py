@@ -77,8 +77,7 @@ def _errors(response):  # type: ignore[no-untyped-def]
             [
                 (
                     ("body", "command"),
-                    "Value error, argument 1 contains a NUL character, which no process can "
-                    "receive",
+                    "Value error, a NUL character (U+0000) is not allowed (item 1, position 4)",
                 )
             ],
         ),

@@ -243,3 +243,22 @@ def test_http_errors_are_one_line_with_the_service_detail(cli: Cli) -> None:
     assert "state" in one_line_error(cli("list", "--state", "sleeping"), 2)  # the API's 422
     # A token of another role: 403 naming the role.
     assert "403" in one_line_error(cli.as_token(cli.service.tokens["scheduler"], "list"), 2)
+
+
+def test_numeric_options_out_of_range_are_one_line_naming_the_option(cli: Cli) -> None:
+    job_id = submit_flags(cli)
+    refused = {
+        ("wait", job_id, "--timeout-s", "-1"): "--timeout-s",
+        ("wait", job_id, "--timeout-s", "nan"): "--timeout-s",
+        ("wait", job_id, "--period-s", "-2"): "--period-s",
+        ("wait", job_id, "--timeout-s", "soon"): "--timeout-s",
+        ("logs", job_id, "--tail", "-1"): "--tail",
+        ("logs", job_id, "--rank", "-1"): "--rank",
+        ("logs", job_id, "--rank", "1.5"): "--rank",
+        ("logs", job_id, "--follow", "--period-s", "inf"): "--period-s",
+        ("list", "--limit", "0"): "--limit",
+    }
+    for args, option in refused.items():
+        assert option in one_line_error(cli(*args), 2), args
+    # A bound itself is accepted: a wait of 0 s on a queued job times out at once.
+    assert cli("wait", job_id, "--timeout-s", "0", "--period-s", "3600").exit_code == 124

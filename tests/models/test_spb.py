@@ -101,6 +101,10 @@ def test_bad_arguments_name_the_value() -> None:
         run_or_raise("tinycnn", Layout("spb", 4))
     with pytest.raises(ValueError, match="model 'nope' is unknown"):
         run_or_raise("nope", Layout("spb", 0))
+
+
+def test_bad_arguments_of_imagenet_models_name_the_value() -> None:
+    pytest.importorskip("torchvision", reason="resnet18 and AlexNet need the vision extra")
     with pytest.raises(ValueError, match="splitbrain"):
         run_or_raise("resnet18", Layout("splitbrain"))
     with pytest.raises(ValueError, match="image_size 32"):

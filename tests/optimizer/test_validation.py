@@ -127,3 +127,30 @@ def test_a_derived_depth_is_never_offered_and_depth_zero_only_jobs_stay_at_zero(
         only_zero.evaluate(answer.model_copy(update={"jobs": (bad,)}))
     with pytest.raises(ValueError, match="derived must be true or false, got 'yes'"):
         ScalabilityTable.from_csv("model,nodes,samples_per_s,derived\nm,1,10,yes\n")
+
+
+@pytest.mark.timeout(60)  # the check was quadratic: this table took many minutes
+def test_a_table_of_20000_models_is_checked_in_linear_time() -> None:
+    rows = [f"m{m},{n},{10 * n}" for m in range(20000) for n in (1, 2)]
+    table = ScalabilityTable.from_csv("\n".join(["model,nodes,samples_per_s", *rows]) + "\n")
+    assert len(table.models) == 20000
+    assert table.samples_per_s("m19999", 2) == 20.0
+    # the rules still hold, the first broken one named
+    rows[-1] = "m19999,1,30"
+    with pytest.raises(ValueError, match="duplicate row for model 'm19999', nodes 1"):
+        ScalabilityTable.from_csv("\n".join(["model,nodes,samples_per_s", *rows]) + "\n")
+
+
+def test_a_line_may_end_in_a_carriage_return() -> None:
+    table = ScalabilityTable.from_csv("model,nodes,samples_per_s\rm,1,10\r\nm,2,18\n")
+    assert [p.nodes for p in table.points] == [1, 2]
+
+
+def test_each_rule_of_a_table_is_named() -> None:
+    def check(csv: str) -> None:
+        ScalabilityTable.from_csv("model,nodes,samples_per_s,spb_depth,progress_per_sample\n" + csv)
+
+    with pytest.raises(ValueError, match="model 'a' depth 1 has more than one progress_per"):
+        check("a,1,10,0,1\na,1,5,1,0.5\na,2,9,1,0.6\n")
+    with pytest.raises(ValueError, match="model 'b' depth 0 has no row with nodes > 0"):
+        check("a,1,10,0,1\nb,0,0,0,1\n")

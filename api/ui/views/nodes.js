@@ -1,8 +1,8 @@
 // Nodes view: idle, busy, allocated per job and alive agents over time (GET
 // /v1/nodes/history) with the reclaims marked, and the current allocation as a node grid
-// (GET /v1/nodes). Admins (and the scheduler) only.
+// (GET /v1/nodes, every page). Admins (and the scheduler) only.
 
-import { get, sinceAgo } from "../api.js";
+import { get, getAll, sinceAgo } from "../api.js";
 import { Chart, chartBox, stepped } from "../charts.js";
 import { el, failure, fill, jobColor, panel } from "../fmt.js";
 
@@ -27,15 +27,15 @@ export function mount(section) {
   return {
     async refresh() {
       const [now, past] = await Promise.allSettled([
-        get("/v1/nodes"),
+        getAll("/v1/nodes"),
         get(`/v1/nodes/history?since=${encodeURIComponent(sinceAgo(Number(select.value)))}`),
       ]);
       if (now.status === "rejected") {
         fill(summary, failure(now.reason));
         fill(grid, failure(now.reason));
       } else {
-        fill(summary, counts(now.value.data));
-        fill(grid, nodeGrid(now.value.data));
+        fill(summary, counts(now.value));
+        fill(grid, nodeGrid(now.value));
       }
       if (past.status === "rejected") fill(history, failure(past.reason));
       else {
