@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from interstice import wire
-from interstice.errors import fail
+from interstice.errors import fail, token_from_file
 
 PR_SET_DUMPABLE = 4  # linux/prctl.h
 
@@ -50,10 +50,7 @@ def _read_token(token: str | None, token_file: Path | None) -> str:
     os.environ.pop(wire.ENV_AGENT_TOKEN, None)
     hide_from_same_user()
     if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as error:
-            fail(f"--token-file {str(token_file)!r}: {error.strerror}")
+        token = token_from_file(token_file)
     if not token:
         fail(f"--token: give the agent's token ({wire.ENV_AGENT_TOKEN} or --token-file)")
     return token

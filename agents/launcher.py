@@ -87,6 +87,8 @@ LOG_TAIL_LINES = 20
 EXIT_WORKERS_FAILED = 3  # a worker exited non-zero: the job's fault
 EXIT_BAD_JOB = 4  # the job cannot start here or anywhere (exec failed, unknown model)
 EXIT_LAUNCH_FAILED = 5  # the rendezvous or the launcher failed: the node's fault
+LAUNCHER_EXITS = frozenset({EXIT_WORKERS_FAILED, EXIT_BAD_JOB, EXIT_LAUNCH_FAILED})
+"""The launcher's own exit codes: it ran (any other non-zero code: it could not start)."""
 
 # errno of an exec that fails for a reason of the command itself.
 EXEC_ERRNOS = frozenset({errno.E2BIG, errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
@@ -522,10 +524,10 @@ def outcome(generation: Generation) -> Outcome | None:
         return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
     if returncode == EXIT_BAD_JOB:
         return Outcome("failed", _clip(str(result.get("error") or generation.log_tail())))
-    if returncode > 0 and not result:
-        # It exited with an error before it could say why (every end it knows writes the
-        # result): it could not start at all, e.g. torch missing under this Python. No node
-        # of the job would do better, and nothing would ever replan it.
+    if returncode not in LAUNCHER_EXITS and returncode > 0 and not result:
+        # It exited with an error of no code of its own, before it could say why (every end
+        # it knows writes the result): it could not start at all, e.g. torch missing under
+        # this Python. No node of the job would do better, and nothing would replan it.
         tail = log_tail(generation.log_path)
         return Outcome(
             "failed", _clip(f"launch failed (exit {returncode}); last lines of its log:\n{tail}")

@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from interstice.api import leases, state
 from interstice.api.leader import AlwaysLeader, PostgresLeadership
@@ -87,6 +87,20 @@ def horizon_s(session: Session, objective: ObjectivePublic, pool_size: int) -> f
     return pool_remaining_idle_s(lengths, ages)
 
 
+def idle_forecast_s(untils: dict[str, datetime], now: datetime) -> dict[str, float]:
+    """Each node's forecast remaining idle time, seconds: ``until - now``, 0 for an
+    ``until`` already past (the node stays until its ``busy`` event; none is due).
+
+    Args:
+        untils: the scheduler's ``until`` of the nodes whose end is known, by node name.
+        now: the time of the snapshot (aware UTC).
+
+    Returns:
+        Seconds left per node of ``untils``, >= 0.
+    """
+    return {node: max(0.0, (until - now).total_seconds()) for node, until in untils.items()}
+
+
 def build_problem(service: Service) -> tuple[Problem, str] | None:
     """The optimizer's problem now, and the backend to solve it with; None when there is
     nothing to decide (no active job or no allocatable node).
@@ -98,6 +112,8 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     job whose ``min_nodes`` exceed the pool counts 0 usable nodes), at most
     ``max_active_jobs`` in all when set; a job's usable nodes are
     :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
+    Forecasts (``Problem.idle_forecast_s``): :func:`idle_forecast_s` of the allocatable
+    nodes whose newest scheduler event gave an ``until``; None when none did.
     """
     with service.db.read() as session:
         table = stored_table(session)
@@ -169,6 +185,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             horizon_s=horizon,
             time_limit_s=objective.time_limit_s,
             relative_gap=objective.relative_gap,
+            idle_forecast_s=idle_forecast_s(state.allocatable_untils(session), utcnow()) or None,
         )
         return problem, objective.backend
 

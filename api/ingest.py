@@ -6,7 +6,10 @@ neither holds the write lock for long nor costs a round trip per event.
 
 A node's state is that of its event with the latest ``at``: an event older than the newest
 one applied to its node is recorded as superseded (with that newest ``at``) and changes
-nothing (events with equal ``at`` apply in arrival order). ``busy`` on a held node is a
+nothing (events with equal ``at`` apply in arrival order). An applied event also sets the
+node's ``until`` (the scheduler's forecast of when it wants the node back) to its own, None
+included (a withdrawal); an ``idle`` event for an idle node changes only that, and asks for
+a new solve only when it changed. ``busy`` on a held node is a
 reclaim: the chunk's reclaimed nodes are released in the same transaction
 (:func:`~interstice.api.state.release_nodes`, deadline ``at + grace_s``), one new
 generation per job and deadline.
@@ -31,21 +34,24 @@ waits for it (a reclaim posted meanwhile waits for one chunk at most)."""
 @dataclass(frozen=True)
 class Event:
     """A scheduler event: ``state`` of ``node`` from ``at`` on; ``grace_s`` (seconds) is
-    the holding job's time to release the node on ``busy``."""
+    the holding job's time to release the node on ``busy``; ``until`` when the scheduler
+    expects to need an idle node back (None: unknown)."""
 
     event_id: str
     node: str
     state: str
     at: datetime
     grace_s: float
+    until: datetime | None = None
 
     def same(self, other: Event | NodeEvent) -> bool:
         """Whether ``other`` (an event or a stored one) is this event again (a retry)."""
-        return (self.node, self.state, self.at, self.grace_s) == (
+        return (self.node, self.state, self.at, self.grace_s, self.until) == (
             other.node,
             other.state,
             other.at,
             other.grace_s,
+            other.until,
         )
 
 
@@ -71,6 +77,7 @@ class _NodeNow:
     since: datetime
     event_at: datetime | None
     holder_job_id: int | None
+    until: datetime | None
     new: bool
     changed: bool = False
 
@@ -116,11 +123,11 @@ def apply_events(session: Session, events: Sequence[Event], changes: Changes) ->
         for e in stored.values()
     }
     nodes = {
-        name: _NodeNow(state, since, event_at, holder, new=False)
-        for name, state, since, event_at, holder in session.execute(
-            select(Node.name, Node.state, Node.since, Node.event_at, Node.holder_job_id).where(
-                Node.name.in_({e.node for e in events})
-            )
+        name: _NodeNow(state, since, event_at, holder, until, new=False)
+        for name, state, since, event_at, holder, until in session.execute(
+            select(
+                Node.name, Node.state, Node.since, Node.event_at, Node.holder_job_id, Node.until
+            ).where(Node.name.in_({e.node for e in events}))
         )
     }
     reclaims: dict[str, datetime] = {}
@@ -162,13 +169,17 @@ def _apply(
     done = Applied(event.event_id, event.node, event.state, None)
     node = nodes.get(event.node)
     if node is None:
-        nodes[event.node] = _NodeNow(event.state, event.at, event.at, None, new=True)
+        nodes[event.node] = _NodeNow(event.state, event.at, event.at, None, event.until, new=True)
         changes.stale = changes.stale or event.state == "idle"
         return done
     if node.event_at is not None and event.at < node.event_at:
         # older than the newest event applied to the node: recorded only
         return replace(done, superseded_by_at=node.event_at)
     node.event_at, node.changed = event.at, True
+    if node.until != event.until:
+        # a revised forecast changes the problem of an idle node only
+        node.until = event.until
+        changes.stale = changes.stale or node.state == "idle"
     if node.state == event.state:
         return done
     reclaimed = None
@@ -192,7 +203,13 @@ def _write(
     """One statement per table: new nodes, changed nodes, idle intervals, new events."""
 
     def row(name: str, node: _NodeNow) -> dict[str, object]:
-        return {"name": name, "state": node.state, "since": node.since, "event_at": node.event_at}
+        return {
+            "name": name,
+            "state": node.state,
+            "since": node.since,
+            "event_at": node.event_at,
+            "until": node.until,
+        }
 
     new = [row(name, n) for name, n in nodes.items() if n.new]
     changed = [row(name, n) for name, n in nodes.items() if n.changed and not n.new]

@@ -30,7 +30,9 @@ def node_events(service: Service, body: schemas.NodeEventsCreate) -> schemas.Nod
             applied when the batch's check finds it, else (a concurrent batch stored it
             since) the chunks before the one that holds it stay applied.
     """
-    events = [ingest.Event(e.event_id, e.node, e.state, e.at, e.grace_s) for e in body.events]
+    events = [
+        ingest.Event(e.event_id, e.node, e.state, e.at, e.grace_s, e.until) for e in body.events
+    ]
     with service.db.read() as session:
         ingest.refuse_conflicts(session, events)
     applied: list[ingest.Applied] = []
@@ -88,6 +90,7 @@ def list_nodes(service: Service, limit: int, cursor: str | None) -> schemas.Node
                 name=n.name,
                 state=n.state,  # type: ignore[arg-type]
                 since=n.since,
+                until=n.until,
                 allocatable=n.state == "idle" and a is not None and a.state == "alive",
                 agent=None if a is None else schemas.NodeAgentBrief.model_validate(a),
                 holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",

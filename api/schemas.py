@@ -218,6 +218,11 @@ class NodeEventCreate(Request):
         state: ``idle`` (available to elastic jobs) or ``busy`` (taken back by the scheduler).
         at: when the change happened.
         grace_s: seconds the holding job has to release the node on ``busy`` (a reclaim).
+        until: on ``idle``, when the scheduler expects to need the node back (its plan: a
+            pending job's planned start, a reservation), after ``at``; None: unknown. The
+            node keeps the ``until`` of its newest applied event, so a later event revises
+            it and one without ``until`` withdraws it. A forecast only: the node is taken
+            back by a ``busy`` event (a reclaim, with its grace period), never by the clock.
     """
 
     event_id: str = Field(min_length=1, max_length=200)
@@ -225,6 +230,19 @@ class NodeEventCreate(Request):
     state: NodeState
     at: UTCTime
     grace_s: float = Field(default=0.0, ge=0, le=86400)
+    until: UTCTime | None = None
+
+    @field_validator("until")
+    @classmethod
+    def _after_at(cls, until: datetime | None, info: ValidationInfo) -> datetime | None:
+        if until is None:
+            return None
+        if info.data.get("state") == "busy":
+            raise ValueError("a busy event takes the node back: only an idle event has until")
+        at = info.data.get("at")
+        if at is not None and until <= at:
+            raise ValueError(f"until {until.isoformat()} is not after at {at.isoformat()}")
+        return until
 
 
 class NodeEventsCreate(Request):
@@ -281,6 +299,10 @@ class NodePublic(BaseModel):
     name: str
     state: NodeState
     since: datetime
+    until: datetime | None = Field(
+        description="When the scheduler expects to need the node back (the ``until`` of its "
+        "newest applied event); None: unknown"
+    )
     allocatable: bool
     agent: NodeAgentBrief | None
     holder: str | None

@@ -115,6 +115,12 @@ def allocatable_nodes(session: Session) -> list[str]:
     return sorted(session.scalars(_allocatable(Node.name)))
 
 
+def allocatable_untils(session: Session) -> dict[str, datetime]:
+    """The scheduler's ``until`` of the :func:`allocatable_nodes` that have one, by name."""
+    query = _allocatable(Node.name).add_columns(Node.until).where(Node.until.is_not(None))
+    return {name: until for name, until in session.execute(query)}
+
+
 def median_idle_since(session: Session, pool_size: int) -> list[datetime]:
     """The middle of :func:`allocatable_nodes`' idle-since times, ``pool_size`` of them:
     one time for an odd size, the two middle ones for an even size (their median is the

@@ -113,6 +113,8 @@ class Node(Base):
 
     ``event_at`` is the ``at`` of the newest scheduler event applied to it: an event older
     than that is recorded but changes nothing (None: no event yet, e.g. an agent's node).
+    ``until`` is that event's: when the scheduler expects to need the node back (None:
+    unknown).
     """
 
     __tablename__ = "nodes"
@@ -122,6 +124,7 @@ class Node(Base):
     since: Mapped[datetime]
     holder_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
     event_at: Mapped[datetime | None]
+    until: Mapped[datetime | None]
 
 
 class IdleInterval(Base):
@@ -147,6 +150,7 @@ class NodeEvent(Base):
     state: Mapped[str] = mapped_column(String(10))
     at: Mapped[datetime]
     grace_s: Mapped[float] = mapped_column(Float)
+    until: Mapped[datetime | None]
     reclaimed_job_id: Mapped[int | None]
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     superseded_by_at: Mapped[datetime | None]

@@ -18,8 +18,9 @@ with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 300 
 admission cap, early finish 0.9) but for the horizon and the admin weights given here.
 
 Prints one JSON line per (window, policy): harvest, goodput_samples, utilization, efficiency,
-jobs_finished, jct_mean_s, node_hours_by_model (the allocated node-hours of each model's
-jobs), solve_p99_s (the policy's own time per solve, model building included),
+jobs_finished, jct_mean_s, efficiency_loss (per cause of a rescale pause),
+node_hours_by_model (the allocated node-hours of each model's jobs), solve_p99_s (the
+policy's own time per solve, model building included),
 solve_wall_p99_s (the simulator's wall time per solve: building the Problem and applying the
 answer too) and replay_wall_s. Then one line per window with the ratios of the first policy
 to each other: harvest, goodput, and mix = goodput / harvest (both policies see the same
@@ -28,6 +29,11 @@ when the first policy harvests its node time for slower models); against rigid a
 JCT over the jobs both finished. Then, per pair, one summary line over all windows run (min,
 mean and max of each ratio, and in how many windows it was >= 1). Last, the load average
 (the machine may be shared).
+
+``--forecast none|exact|plan`` (with ``--forecast-coverage P --forecast-error F
+--forecast-seed S`` for plan) tells the elastic policies the idle holes' ends as
+``interstice replay --forecast`` does (:mod:`interstice.replay.forecast`); rigid ignores
+them. The first JSON line records the settings.
 
 ``--seeds 1,2,...`` replays each 192-node window once per node draw (``--nodes 192 --seed S``
 for each S) instead of its own seed alone: the same start and 48 hours, other nodes. The
@@ -38,6 +44,7 @@ Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,gre
     [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
     [--priority-weight 1] [--jobs FILE.csv] [--horizon 300|auto] [--rigid-nodes K]
     [--admission-efficiency 0.9] [--seeds 1,2,3]
+    [--forecast none|exact|plan [--forecast-coverage 0.5 --forecast-error 0.5]]
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from pathlib import Path
 import numpy as np
 from interstice.optimizer import ScalabilityTable, Weights, admission
 from interstice.replay.choices import OBJECTIVES, POLICIES, allocators, normalisation, sample_nodes
+from interstice.replay.forecast import FORECASTS, ForecastSettings, HoleForecasts
 from interstice.replay.horizon import AutoHorizon, FixedHorizon
 from interstice.replay.jobs import load_jobs
 from interstice.replay.report import build_report
@@ -104,7 +112,19 @@ def main() -> None:
         "--seeds",
         help="comma-separated node draws for the 192-node windows (default: each window's own)",
     )
+    parser.add_argument(
+        "--forecast", choices=FORECASTS, default="none", help="idle-hole forecasts (replay)"
+    )
+    parser.add_argument("--forecast-coverage", type=float, default=0.5, help="plan: P")
+    parser.add_argument("--forecast-error", type=float, default=0.5, help="plan: F")
+    parser.add_argument("--forecast-seed", type=int, default=0, help="plan: seed of the draws")
     args = parser.parse_args()
+    try:
+        forecast = ForecastSettings(
+            args.forecast, args.forecast_coverage, args.forecast_error, args.forecast_seed
+        )
+    except ValueError as exc:
+        sys.exit(str(exc))
     names = args.windows.split(",")
     policies = args.policies.split(",")
     unknown = [n for n in names if n not in WINDOWS] + [p for p in policies if p not in POLICIES]
@@ -131,6 +151,7 @@ def main() -> None:
         "horizon": args.horizon,
         "rigid_nodes": args.rigid_nodes,
         "admission_efficiency": args.admission_efficiency,
+        **forecast.report(),
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
     runs = []
@@ -149,6 +170,9 @@ def main() -> None:
             horizon = AutoHorizon(trace, start_s)
         else:
             horizon = FixedHorizon(float(args.horizon))
+        holes = None
+        if forecast.mode != "none":
+            holes = HoleForecasts(trace, start_s, node_ids, forecast).remaining_s
         results = []
         for policy in policies:
             started = time.perf_counter()
@@ -163,6 +187,7 @@ def main() -> None:
                     horizon=horizon,
                     options=options,
                     name=policy,
+                    forecast=holes,
                 )
             results.append(result)
             figures = build_report({}, [result])["policies"][policy]
@@ -173,6 +198,7 @@ def main() -> None:
                 "seed": seed,
                 "policy": policy,
                 **{key: figures[key] for key in FIGURES},
+                "efficiency_loss": figures["efficiency_loss"],
                 "node_hours_by_model": {
                     model: round(part["allocated_node_hours"], 1)
                     for model, part in figures["by_model"].items()

@@ -44,6 +44,14 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
         model.addConstraint(pulp.LpConstraint(one, pulp.LpConstraintEQ, f"one_{j}", 1))  # (1)
     used = pulp.LpAffineExpression(zip(z, options.count.tolist(), strict=True))
     model.addConstraint(pulp.LpConstraint(used, pulp.LpConstraintLE, "capacity", capacity))  # (2)
+    if options.demand is not None:  # (3_t), t = 2..K+1: the classes of forecast life
+        for t, (column, free) in enumerate(zip(options.demand.T, options.supply, strict=True), 2):
+            nonzero = np.flatnonzero(column).tolist()
+            if nonzero:
+                needs = pulp.LpAffineExpression([(z[i], int(column[i])) for i in nonzero])
+                model.addConstraint(
+                    pulp.LpConstraint(needs, pulp.LpConstraintLE, f"class_{t}", int(free))
+                )
     return model, z
 
 

@@ -60,6 +60,14 @@ def build(options: Options, capacity: int) -> cp_model.CpModel:
     used.vars.extend(range(len(options.count)))
     used.coeffs.extend(options.count.tolist())
     used.domain.extend((0, capacity))
+    if options.demand is not None:  # (3_t), t = 2..K+1: the classes of forecast life
+        for column, free in zip(options.demand.T, options.supply, strict=True):
+            nonzero = np.flatnonzero(column)
+            if len(nonzero):
+                needs = proto.constraints.add().linear
+                needs.vars.extend(nonzero.tolist())
+                needs.coeffs.extend(column[nonzero].tolist())
+                needs.domain.extend((int(np.minimum(column, 0).sum()), int(free)))
     top = float(np.abs(options.value).max()) if len(options.value) else 0.0
     scale = SCALE_TOP / top if top > 0 else 1.0
     # CP-SAT minimizes: maximize sum(c z) as minimize sum(-c z), reported times -1.

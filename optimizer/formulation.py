@@ -2,12 +2,14 @@
 
 Problem: at each event (a node becomes idle or is reclaimed, a job arrives or ends), give the
 idle nodes to the elastic jobs so that the weighted progress they make over a forecast horizon
-is largest. BFTrainer (Liu et al., "BFTrainer: Low-Cost Training of Neural Networks on
-Unfillable Supercomputer Nodes", arXiv 2106.12091; its MILP is ``progMIP.py`` of
-github.com/BFTrainer/BFTrainer) uses one binary per (node, job) pair plus big-M and XOR
-binaries for the bounds and the no-migration rule. This model has one binary per (job, count,
-depth) option instead, so its size does not grow with the number of nodes: a multiple-choice
-knapsack (Sinha & Zoltners, "The multiple-choice knapsack problem", Oper. Res. 27(3), 1979).
+is largest; where the batch scheduler forecasts when it wants a node back, a node's work
+counts only up to then (coefficient (h), constraints (3)). BFTrainer (Liu et al.,
+"BFTrainer: Low-Cost Training of Neural Networks on Unfillable Supercomputer Nodes", arXiv
+2106.12091; its MILP is ``progMIP.py`` of github.com/BFTrainer/BFTrainer) uses one binary
+per (node, job) pair plus big-M and XOR binaries for the bounds and the no-migration rule.
+This model has one binary per (job, count, depth) option instead, so its size does not grow
+with the number of nodes: a multiple-choice knapsack (Sinha & Zoltners, "The multiple-choice
+knapsack problem", Oper. Res. 27(3), 1979).
 
 Data:
     N          number of idle nodes (``Problem.idle_nodes``), held ones included.
@@ -30,7 +32,26 @@ Data:
                idle time, :func:`interstice.optimizer.horizon.expected_remaining_idle_s`).
     w          ``Weights``: throughput w_t, fairness w_f, churn w_c, priority exponent w_p,
                normalisation (speedup or node_seconds flag), early-finish weight beta.
-    O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d).
+    O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d); with
+               forecasts, (n, d, L) (below).
+
+Forecast data (``Problem.idle_forecast_s``, :mod:`interstice.optimizer.forecast`; absent or
+empty: none of this, and the model is the one above exactly):
+    f_i        seconds idle node i is forecast to stay idle (the batch scheduler's ``until``
+               minus now), where known; unknown: f_i = H (so with ``--horizon auto`` a node
+               of unknown end is expected to stay the pool's expected remaining idle time).
+    l_i        life min(f_i, H). The nodes with l_i < H fall into classes 1..K
+               (K <= ``forecast_classes``): each distinct life its own class when there are
+               that few, else contiguous runs of lives with about equal node counts; class
+               k's life tau_k is the shortest in it (tau_1 < ... < tau_K < H); every other
+               node is in class K + 1, tau_{K+1} = H. K = 0 when no node is forecast to leave
+               within the horizon: then only the placement's order changes (below).
+    keep order j keeps its held nodes longest-lived first (by f_i, then name): at count
+               n < h_j it releases the h_j - n shortest-lived.
+    L          the level of an option's new nodes: (n, d, L) with n > h_j takes its
+               g = n - h_j new nodes from classes >= L (L = 1..K+1); n <= h_j has L = 0.
+    F_t        idle nodes of class >= t that no job holds, t = 2..K+1.
+    rho_j(n,t) held nodes of class >= t that j releases at count n <= h_j.
 
 Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py``):
     (a) goodput g_j(n, d) = min(r_j(n, d) * p_j(d) * max(0, H - c_j(n, d)), R_j), samples.
@@ -72,13 +93,36 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         the 24 h replay (README): goodput in 1e10 samples at H = 60 / 300 s / auto, CP-SAT:
         beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
+    (h) forecast schedule (with forecasts, K > 0): the samples j trains within the horizon,
+        replacing r_j(n, d) p_j(d) max(0, H - c_j(n, d)) in (a) and (g). Its kept held
+        nodes leave at their classes' lives, its new nodes at tau_L; n_e is its count after
+        the nodes of class e leave (n_0 = n); a fall to n_e < m_j stops it for the rest of
+        the horizon (n_e' = 0 from there on, no pause: the replay's rule); any other fall
+        pauses it rescale_down_s, the pause ending at P_e = max(P_{e-1}, tau_e +
+        rescale_down_s) (P_0 = c_j(n, d)); then
+            trained = sum_{e=0..K} r_j(n_e, d) p_j(d) max(0, tau_{e+1} - max(tau_e, P_e))
+        with tau_0 = 0 and tau_{K+1} = H: a node's goodput counts only up to its forecast
+        end, and a reclaim costs the job's rescale_down_s as in the replay. A level is
+        worth what its worst node set earns: v_j(n, d, L) = min_{L' = L..K+1} of the value
+        with the new nodes at tau_{L'} (the same where rates grow with the count; with a
+        dip, a job can earn more once a node leaves, and the least keeps every node set of
+        level L worth at least v_j(n, d, L)). Consequences: a start or grow onto nodes
+        forecast to leave before it pays back its rescale_up_s (and the rescale_down_s of
+        their reclaim) is worth less than staying, so it is not taken; a job whose
+        reclaim costs more values long-lived nodes more, so it takes the higher level;
+        a shrinking job keeps its longest-lived nodes (keep order). Not modelled: a
+        planned shrink just before a forecast reclaim; in this cost model (a reclaim costs
+        the same rescale_down_s as a shrink, as in the replay) shrinking early only loses
+        the node's work before its reclaim, so it never pays; it would where a reclaim
+        under grace loses the work since the last checkpoint.
     v_j(n, d) = q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
     The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1, s_j = rho_j) give
     goodput plus (g) in dedicated node-seconds; ``Weights(node_seconds=False)`` gives it in
     samples (beta was chosen in samples, below).
 
 Variables:
-    z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none).
+    z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none); with
+    forecasts z_{j}_{n}_{d}_{L}: and its new nodes are of level L.
 
 Objective:
     maximize sum_j sum_{(n, d) in O_j} v_j(n, d) * z_{j}_{n}_{d}
@@ -86,11 +130,19 @@ Objective:
 Constraints:
     (1) each job takes exactly one option: sum_{(n, d) in O_j} z_{j}_{n}_{d} = 1, for all j.
     (2) capacity: sum_j sum_{(n, d) in O_j} n * z_{j}_{n}_{d} <= N.
+    (3_t) classes of forecast life, t = 2..K+1 (with forecasts only):
+        sum_j sum_{o in O_j} a_o(t) z_o <= F_t, a_o(t) = g_o [L_o >= t] - rho_j(n_o, t):
+        the growing jobs that need nodes of class >= t take no more than are free (never
+        held, or released by shrinking jobs). (2) is the same inequality at t = 1.
 
 Every solution of (1)-(2) maps to node names with nothing migrating
 (:mod:`interstice.optimizer.placement`): a job keeps min(n_j, h_j) of its nodes, and the
 free nodes (held ones released by shrinking jobs included) number
-N - sum_j min(n_j, h_j) >= sum_j max(0, n_j - h_j), what the growing jobs need.
+N - sum_j min(n_j, h_j) >= sum_j max(0, n_j - h_j), what the growing jobs need. With
+forecasts, (2)-(3) are Hall's condition for the growing jobs' nested sets of acceptable
+classes ({L..K+1}), so every solution of (1)-(3) maps to nodes too: the growing jobs, most
+demanding level first, take the longest-lived free nodes left, each at its level or
+longer-lived; the objective is then scored on the nodes placed (at least the solver's).
 
 Exact reductions (they change no optimum):
     (i) since the constraints see only n, for each (j, n) only the depth of largest
@@ -98,7 +150,12 @@ Exact reductions (they change no optimum):
     (ii) an option is dropped when an option of the same job with fewer nodes is worth at
         least as much (swapping to it keeps (1)-(2) and loses nothing). What remains has
         values strictly increasing in n per job: at most 1 + max count binaries per job,
-        whatever N and the number of depths.
+        whatever N and the number of depths. With forecasts: dropped when an option of the
+        same job with no more nodes and no higher level (L = 0 below every level) is worth
+        at least as much (it needs fewer new nodes, from more classes, and releases at
+        least as many: (3) keeps); and level L is not offered to j unless some idle node
+        of class L is not j's and its g new nodes fit in those of class >= L not j's. At
+        most (1 + max count) (K + 1) binaries per job.
     (iii) bound reduction (reduced-cost fixing on the Lagrangian relaxation of (2); Nemhauser
         & Wolsey, "Integer and Combinatorial Optimization", 1988, II.6; the core of Pisinger's
         "A minimal algorithm for the multiple-choice knapsack problem", EJOR 83, 1995): for
@@ -109,7 +166,10 @@ Exact reductions (they change no optimum):
         (less a relative 1e-6, ``BOUND_TOLERANCE``) cannot be in a better answer and are
         dropped; lambda is the LP's node price (the gain per node of the LP's fractional
         step), which makes L(lambda) the LP bound. On 200 jobs x 10,000 nodes x 4 depths it
-        leaves 300-1,400 of about 12,600 binaries (bench/solve.py instances).
+        leaves 300-1,400 of about 12,600 binaries (bench/solve.py instances). With
+        forecasts (3) is priced too: L(lambda, mu) = lambda N + sum_t mu_t F_t +
+        sum_j max_o (v_o - lambda n_o - sum_t mu_t a_o(t)), mu >= 0 from a few subgradient
+        steps (``lagrangian_prices``), the same rule otherwise.
 
 Solving (:func:`interstice.optimizer.solve`): the LP relaxation of (1)-(2) is solved exactly
 by the greedy over each job's upper concave hull of (n, v) (Sinha & Zoltners); when that LP
@@ -120,13 +180,28 @@ of L(lambda) is returned as it is (termination ``within-gap``). Otherwise reduct
 runs, then CBC or CP-SAT solves (1)-(2) over the kept options, with the greedy answer as
 CP-SAT's hint and as the fallback, and stops once its incumbent is proven within g of the
 optimum (CP-SAT's ``relative_gap_limit``, CBC's ``ratioGap``).
+
+With forecasts the same runs on the relaxation without (3) (``Options.relaxed``: per job
+and count the best level): when its LP optimum is integral and satisfies (3) it is optimal
+(termination ``lp-integral``). Otherwise the incumbent is the best of the forecast greedy
+(:func:`interstice.optimizer.policies.forecast_greedy_choice`), that greedy on the values
+less the class prices mu, and the relaxation's answer where it satisfies (3); the bound is
+L(lambda, mu) (never above the relaxation's LP bound); reduction (iii) runs with both prices,
+and CBC or CP-SAT solve (1)-(3). Cost, honestly: the LP relaxation of (1)-(3) is weak where
+(3) binds (it spreads the few long-lived nodes fractionally over many jobs' options: 18-27 %
+above the optimum on the slowest 192-node replay solves), so (iii) keeps most options and
+the solvers must branch: a solve took up to 10 s (the replay's limit) when 85-115 of 192
+nodes were idle with most of them forecast to leave within the horizon, and 0.5-2.5 s on 200
+jobs x 10,000 nodes with every end known and (3) binding, against 0.1 s where (3) does not
+bind (README, "Idle-hole forecasts").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from interstice.optimizer.forecast import NodeLives, score_forecast_options
 from interstice.optimizer.objective import score_options
 from interstice.optimizer.problem import Problem
 
@@ -135,18 +210,25 @@ from interstice.optimizer.problem import Problem
 class Options:
     """Every job's kept options, flattened, in job order; job j's are ``start[j]:start[j+1]``.
 
-    Each job's first option is its zero option (0 nodes, current depth); counts and values
-    strictly increase after it. Arrays have shape (k,) with k the number of options.
+    Each job's first option is its zero option (0 nodes, current depth). Without forecasts
+    counts and values strictly increase after it; with forecasts the options run by count,
+    then level, and each is worth more than every option of its job with no more nodes and
+    no higher level (reduction (ii)). Arrays have shape (k,) with k the number of options.
 
     Attributes:
         job: index of the option's job in ``Problem.jobs``.
         count: node count n.
         depth: SPB depth d.
-        value: objective coefficient v_j(n, d).
+        value: objective coefficient v_j(n, d) (with forecasts v_j(n, d, L)).
         samples_per_s: expected samples/s.
         goodput: expected goodput over the horizon, samples.
         rescaled: whether the option is a rescale.
         start: shape (jobs + 1,), offsets of each job's options.
+        level: with forecasts, the level L of the option's new nodes (1..K+1), 0 where it
+            has none (n <= h_j); ``None`` without forecasts.
+        demand: with forecasts, shape (k, K): the option's coefficient in constraint (3_t)
+            for t = 2..K+1 (column t - 2), nodes; ``None`` without forecasts.
+        supply: with forecasts, shape (K,): the right-hand sides F_t of (3_t), nodes.
     """
 
     job: np.ndarray
@@ -157,6 +239,9 @@ class Options:
     goodput: np.ndarray
     rescaled: np.ndarray
     start: np.ndarray
+    level: np.ndarray | None = None
+    demand: np.ndarray | None = None
+    supply: np.ndarray | None = None
 
     def subset(self, keep: np.ndarray) -> Options:
         """The options where ``keep`` (bool, shape (k,)) holds; it must keep one per job."""
@@ -171,16 +256,52 @@ class Options:
             goodput=self.goodput[keep],
             rescaled=self.rescaled[keep],
             start=start,
+            level=None if self.level is None else self.level[keep],
+            demand=None if self.demand is None else self.demand[keep],
+            supply=self.supply,
         )
 
     def names(self) -> list[str]:
-        """Variable names ``z_{j}_{n}_{d}`` (job index, count, depth), one per option."""
-        return [
-            f"z_{j}_{n}_{d}"
-            for j, n, d in zip(
-                self.job.tolist(), self.count.tolist(), self.depth.tolist(), strict=True
-            )
-        ]
+        """Variable names ``z_{j}_{n}_{d}`` (job index, count, depth), one per option;
+        ``z_{j}_{n}_{d}_{L}`` with forecasts (L the level, 0 where no node is new)."""
+        columns = [self.job.tolist(), self.count.tolist(), self.depth.tolist()]
+        if self.level is not None:
+            columns.append(self.level.tolist())
+        return ["z_" + "_".join(map(str, key)) for key in zip(*columns, strict=True)]
+
+    def fits(self, chosen: np.ndarray, capacity: int) -> bool:
+        """Whether the choice ``chosen`` (shape (jobs,), indices) satisfies (2) and (3)."""
+        if int(self.count[chosen].sum()) > capacity:
+            return False
+        return self.demand is None or bool(np.all(self.demand[chosen].sum(axis=0) <= self.supply))
+
+    def relaxed(self) -> tuple[Options, np.ndarray]:
+        """The options of the relaxation without constraints (3): per job and count the
+        option of largest value (ties: the lowest level), kept while the values strictly
+        increase with the count, as reduction (ii) does without forecasts.
+
+        Returns:
+            The relaxation's options (a chain per job, what
+            :func:`interstice.optimizer.policies.greedy_choice` takes) and, shape (k',),
+            each one's index into these options.
+        """
+        if self.level is None:
+            return self, np.arange(len(self.count))
+        order = np.lexsort((self.level, -self.value, self.count, self.job))
+        job, count = self.job[order], self.count[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (job[1:] != job[:-1]) | (count[1:] != count[:-1])
+        best = order[first]  # per (job, count), by job then count
+        keep = np.zeros(len(best), dtype=bool)
+        starts = np.searchsorted(self.job[best], np.arange(len(self.start)))
+        for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+            value = self.value[best[lo:hi]]
+            keep[lo] = True  # the zero option
+            keep[lo + 1 : hi] = value[1:] > np.maximum.accumulate(value)[:-1]
+        index = np.sort(best[keep])
+        mask = np.zeros(len(self.count), dtype=bool)
+        mask[index] = True
+        return replace(self.subset(mask), level=None, demand=None, supply=None), index
 
 
 def build_options(problem: Problem) -> Options:
@@ -190,8 +311,13 @@ def build_options(problem: Problem) -> Options:
         problem: the instance.
 
     Returns:
-        The options of the formulation (module docstring), after its exact reductions.
+        The options of the formulation (module docstring), after its exact reductions;
+        with forecasts (some idle node forecast to leave within the horizon) with their
+        levels and constraints (3).
     """
+    lives = problem.lives
+    if lives is not None and lives.classes:
+        return _build_forecast_options(problem, lives)
     weights, horizon_s = problem.weights, problem.horizon_s
     parts: list[tuple[np.ndarray, ...]] = []
     start = [0]
@@ -227,6 +353,91 @@ def build_options(problem: Problem) -> Options:
     return Options(job_, count, depth, value, rate, goodput, rescaled, np.array(start))
 
 
+def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
+    """:func:`build_options` with forecasts: options (n, d, L), reductions (i)-(ii) over
+    (n, L), and the coefficients of constraints (3) (module docstring)."""
+    weights, horizon_s = problem.weights, problem.horizon_s
+    top_level = lives.classes + 1
+    thresholds = np.arange(2, top_level + 1)  # t of (3_t)
+    held_by_any = {node for job in problem.jobs for node in job.nodes}
+    never_held = lives.classes_of([n for n in problem.idle_nodes if n not in held_by_any])
+    supply = (never_held[:, None] >= thresholds[None, :]).sum(axis=0)  # F_t
+    columns: list[list[np.ndarray]] = [[] for _ in range(9)]
+    start = [0]
+    for j, job in enumerate(problem.jobs):
+        depths = sorted(problem.depths_of(job), key=lambda d: (d != job.spb_depth, d))
+        top = max(problem.max_count(job, d) for d in depths)
+        counts = np.concatenate([[0], np.arange(job.min_nodes, top + 1)])
+        keep_class = lives.classes_of(lives.keep_order(job.nodes))
+        held = len(keep_class)
+        grid = score_forecast_options(
+            job, counts, depths, problem.table_of(job), weights, horizon_s, lives.life_s,
+            keep_class,
+        )  # fmt: skip
+        pick = grid.value.argmax(axis=0)[None]  # (i): the best depth of each (count, level)
+        value = np.take_along_axis(grid.value, pick, axis=0)[0]  # (C, L)
+        # Level L needs a node of class L that the job does not hold, and as many of
+        # class >= L as it takes new ones.
+        other = lives.pool(job.nodes)
+        at_least = np.cumsum(other[::-1])[::-1]  # nodes of class >= L, L = 0..K+1
+        new = np.maximum(counts - held, 0)
+        grows = new > 0
+        allowed = (other[1:] > 0)[None, :] & (new[:, None] <= at_least[None, 1:])
+        # by count (rows) and level (columns 0..K+1; 0: no new node)
+        table = np.full((len(counts), top_level + 1), -np.inf)
+        table[~grows, 0] = value[~grows, -1]  # every level is the same there
+        table[:, 1:] = np.where(grows[:, None] & allowed, value, -np.inf)
+        # (ii): keep an option only if it is worth more than every option with no more nodes
+        # and no higher level.
+        prefix = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
+        before = np.full(table.shape, -np.inf)
+        before[1:] = prefix[:-1]
+        before[:, 1:] = np.maximum(before[:, 1:], prefix[:, :-1])
+        row, level = np.nonzero(np.isfinite(table) & (table > before))  # by count, then level
+        layer = np.where(level == 0, top_level - 1, level - 1)
+        at = (pick[0, row, layer], row, layer)
+        depth = np.array(depths)[at[0]]
+        depth[row == 0] = job.spb_depth  # at count 0 every depth scores the same
+        # (3_t): a growing option takes its new nodes from classes >= L; one at n <= h
+        # releases its held nodes beyond the first n (the shortest-lived).
+        released = np.zeros((held + 1, len(thresholds)), dtype=np.int64)
+        if held:
+            above = keep_class[:, None] >= thresholds[None, :]
+            released[:held] = np.cumsum(above[::-1], axis=0)[::-1]
+        demand = np.where(
+            grows[row, None],
+            new[row, None] * (level[:, None] >= thresholds[None, :]),
+            -released[np.minimum(counts[row], held)],
+        )
+        for column, part in zip(
+            columns,
+            (
+                np.full(len(row), j),
+                counts[row],
+                depth,
+                table[row, level],
+                grid.samples_per_s[at],
+                grid.goodput[at],
+                grid.rescaled[at],
+                level,
+                demand.reshape(len(row), len(thresholds)),
+            ),
+            strict=True,
+        ):
+            column.append(part)
+        start.append(start[-1] + len(row))
+    if not problem.jobs:
+        columns = [[np.zeros(0, int)]] * 3 + [[np.zeros(0)]] * 3 + [[np.zeros(0, bool)]]
+        columns += [[np.zeros(0, int)], [np.zeros((0, len(thresholds)), int)]]
+    job_, count, depth, value, rate, goodput, rescaled, level, demand = (
+        np.concatenate(c) for c in columns
+    )
+    return Options(
+        job_, count, depth, value, rate, goodput, rescaled, np.array(start), level,
+        demand.astype(np.int64), supply.astype(np.int64),
+    )  # fmt: skip
+
+
 BOUND_TOLERANCE = 1e-6
 """Relative slack of the bound reduction: an option is dropped only if its bound is below
 the incumbent by more than this share of the incumbent's value (covers the solvers' own
@@ -234,29 +445,89 @@ tolerances and CP-SAT's integer scaling, at most 200 jobs x 1e-9 of the largest 
 
 
 def _lagrangian(
-    options: Options, capacity: int, price: float
+    options: Options, capacity: int, price: float, class_price: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Reduction (iii)'s terms at node price lambda: v_j(n, d) - lambda n per option, u_j per
-    job, and L(lambda)."""
+    """Reduction (iii)'s terms at node price lambda (and class prices mu, with forecasts):
+    v_j(n, d) - lambda n (- mu . a_o) per option, u_j per job, and L(lambda, mu)."""
     reduced = options.value - price * options.count
+    if class_price is None:
+        best = np.maximum.reduceat(reduced, options.start[:-1])
+        return reduced, best, float(price * capacity + best.sum())
+    reduced = reduced - options.demand @ class_price
     best = np.maximum.reduceat(reduced, options.start[:-1])
-    return reduced, best, float(price * capacity + best.sum())
+    constant = price * capacity + float(class_price @ options.supply)
+    return reduced, best, float(constant + best.sum())
 
 
-def lp_bound(options: Options, capacity: int, price: float) -> float:
+def lp_bound(
+    options: Options, capacity: int, price: float, class_price: np.ndarray | None = None
+) -> float:
     """L(lambda) of reduction (iii): an upper bound on every solution of (1)-(2), the LP
-    relaxation's optimum when ``price`` is the LP's node price.
+    relaxation's optimum when ``price`` is the LP's node price; with forecasts
+    L(lambda, mu), a bound on every solution of (1)-(3).
 
     Args:
         options: the scored options.
         capacity: number of idle nodes N.
         price: lambda >= 0, value per node.
+        class_price: mu >= 0, shape (K,), value per node of constraints (3_2..3_{K+1}).
     """
-    return _lagrangian(options, capacity, price)[2]
+    return _lagrangian(options, capacity, price, class_price)[2]
+
+
+LAGRANGE_STEPS = 30
+"""Most subgradient steps of :func:`lagrangian_prices` (with forecasts)."""
+
+
+def lagrangian_prices(
+    options: Options, capacity: int, price: float, target: float
+) -> tuple[float, np.ndarray, float]:
+    """Prices of (2) and (3) for reduction (iii) with forecasts: projected subgradient
+    descent on L(lambda, mu) (Held, Wolfe & Crowder, "Validation of subgradient
+    optimization", Math. Programming 6, 1974) from (``price``, 0), with Polyak's step
+    (L - target) / |g|^2 towards an incumbent's value ``target``; at most
+    ``LAGRANGE_STEPS`` steps, fewer once L is within 1e-9 of ``target``.
+
+    Args:
+        options: the scored options, with forecasts (``options.demand`` set).
+        capacity: number of idle nodes N.
+        price: lambda to start from (the relaxation's LP node price).
+        target: the value of a solution of (1)-(3).
+
+    Returns:
+        ``(lambda, mu, L(lambda, mu))`` at the lowest L seen: every solution of (1)-(3) is
+        worth at most L.
+    """
+    rows = np.concatenate([options.count[:, None], options.demand], axis=1).astype(float)
+    right = np.concatenate([[capacity], options.supply]).astype(float)
+    prices = np.zeros(rows.shape[1])
+    prices[0] = price
+    best = (np.inf, prices)
+    for _ in range(LAGRANGE_STEPS):
+        reduced = options.value - rows @ prices
+        top = np.maximum.reduceat(reduced, options.start[:-1])
+        bound = float(prices @ right + top.sum())
+        if bound < best[0]:
+            best = (bound, prices)
+        if bound - target <= 1e-9 * max(abs(target), 1.0):
+            break
+        hit = np.flatnonzero(reduced >= top[options.job])
+        argmax = hit[np.unique(options.job[hit], return_index=True)[1]]  # first per job
+        slope = right - rows[argmax].sum(axis=0)  # a subgradient of L at prices
+        norm = float(slope @ slope)
+        if norm == 0:
+            break
+        prices = np.maximum(0.0, prices - (bound - target) / norm * slope)
+    bound, prices = best
+    return float(prices[0]), prices[1:], bound
 
 
 def bound_reduction(
-    options: Options, capacity: int, price: float, incumbent: np.ndarray
+    options: Options,
+    capacity: int,
+    price: float,
+    incumbent: np.ndarray,
+    class_price: np.ndarray | None = None,
 ) -> np.ndarray:
     """Reduction (iii) of the module docstring: the options a better answer may use.
 
@@ -266,11 +537,13 @@ def bound_reduction(
         price: lambda >= 0, value per node (any gives a valid bound; the LP's node price,
             :func:`interstice.optimizer.policies.greedy_choice`, the tightest).
         incumbent: shape (jobs,), a feasible choice (indices into ``options``).
+        class_price: with forecasts, mu >= 0 of constraints (3), shape (K,)
+            (:func:`lagrangian_prices`); ``None``: (3) unpriced (still a valid bound).
 
     Returns:
         Bool mask of shape (k,): the options kept; the incumbent's are always among them.
     """
-    reduced, best, bound = _lagrangian(options, capacity, price)
+    reduced, best, bound = _lagrangian(options, capacity, price, class_price)
     option_bound = bound - best[options.job] + reduced  # L(lambda) with option k forced
     target = options.value[incumbent].sum()
     keep = option_bound >= target - BOUND_TOLERANCE * max(abs(target), 1.0)

@@ -2,8 +2,10 @@
 
 This is the one coefficient computation of the optimizer: the MILP backends, the greedy
 policy and :meth:`Problem.evaluate` all score options here, so they cannot disagree on the
-objective. The terms are eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`. A job's
-whole grid of options (depths x counts) is scored at once with numpy.
+objective. The terms are eqs. (a)-(g) of :mod:`interstice.optimizer.formulation` (with
+idle-hole forecasts, coefficient (h) of :mod:`interstice.optimizer.forecast` replaces (b)'s
+r p max(0, H - c) before (a) and (g)). A job's whole grid of options (depths x counts) is
+scored at once with numpy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
 class OptionScores:
     """What one job earns over the forecast horizon with each (depth, count) option.
 
-    Arrays have shape (D, k): one row per depth, one column per count.
+    Arrays have shape (D, k): one row per depth, one column per count; with forecasts
+    (:func:`interstice.optimizer.forecast.score_forecast_options`) shape (D, k, L), one
+    layer per level L of the job's new nodes.
 
     Attributes:
         samples_per_s: expected throughput, samples/s.
@@ -84,7 +88,6 @@ def score_options(
     Raises:
         KeyError: the model or a depth is not in the table.
     """
-    held = len(job.nodes)
     depths = np.array(spb_depths)[:, None]  # (D, 1)
     rate = np.zeros((len(depths), len(counts)))
     measured = np.zeros(rate.shape, dtype=bool)
@@ -94,7 +97,30 @@ def score_options(
         measured[i] = counts <= top
         rate[i, measured[i]] = table.samples_per_s_array(job.model, counts[measured[i]], d)
         progress[i] = table.progress_per_sample(job.model, d)
-    depth_changed = depths != job.spb_depth
+    cost_s, rescaled = rescale_cost_s(job, counts, spb_depths)
+    trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
+    goodput, value = option_value(
+        job, counts, trained, rescaled, measured, table, weights, horizon_s
+    )
+    return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)
+
+
+def rescale_cost_s(
+    job: Job, counts: np.ndarray, spb_depths: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (b) and the rescale flag of (e) for each (depth, count) option.
+
+    Args:
+        job: the job.
+        counts: node counts, int array of shape (k,).
+        spb_depths: D SPB depths.
+
+    Returns:
+        ``(cost_s, rescaled)``, shape (D, k): the seconds of lost progress the option
+        starts with, and whether it is a rescale.
+    """
+    held = len(job.nodes)
+    depth_changed = np.array(spb_depths)[:, None] != job.spb_depth  # (D, 1)
     # (b): growing (a start included) costs rescale_up_s; shrinking, or a depth change at the
     # same count, costs rescale_down_s; stopping costs nothing (it has no progress anyway).
     cost_s = np.where(
@@ -103,10 +129,41 @@ def score_options(
         np.where((counts < held) | depth_changed, job.rescale_down_s, 0.0),
     )
     cost_s[:, counts == 0] = 0.0
-    trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
+    rescaled = (counts != held) | ((counts > 0) & depth_changed)  # (e)
+    return cost_s, rescaled
+
+
+def option_value(
+    job: Job,
+    counts: np.ndarray,
+    trained: np.ndarray,
+    rescaled: np.ndarray,
+    measured: np.ndarray,
+    table: ScalabilityTable,
+    weights: Weights,
+    horizon_s: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eqs. (a) and (c)-(g) on the samples each option trains within the horizon.
+
+    Args:
+        job: the job.
+        counts: node counts, broadcastable to ``trained``.
+        trained: samples of progress each option trains within the horizon, before the cap
+            at ``samples_remaining``: r p max(0, H - c) by (b), or coefficient (h) with
+            forecasts.
+        rescaled: whether each option is a rescale, broadcastable to ``trained``.
+        measured: whether each option's count is measured (else inadmissible).
+        table: the job's rates.
+        weights: the objective weights.
+        horizon_s: H, seconds.
+
+    Returns:
+        ``(goodput, value)``, each shaped like ``trained``: goodput capped at the job's
+        remaining samples (a), and the job's term in the objective, ``-inf`` where not
+        ``measured``.
+    """
     goodput = np.minimum(trained, job.samples_remaining)  # (a)
     early_finish = weights.early_finish * (trained - goodput)  # (g)
-    rescaled = (counts != held) | ((counts > 0) & depth_changed)  # (e)
     one_node = one_node_rate(job, table)
     unit = one_node * horizon_s  # samples one node earns over H
     fairness = unit * np.log2(1.0 + counts)  # (d)
@@ -117,5 +174,4 @@ def score_options(
         scale /= one_node  # (f)
     elif weights.node_seconds:
         scale /= best_per_node_rate(job, table)  # (f)
-    value = np.where(measured, scale * term, -np.inf)
-    return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)
+    return goodput, np.where(measured, scale * term, -np.inf)

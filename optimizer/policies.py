@@ -1,7 +1,9 @@
 """Allocation policies without a solver: greedy marginal gain and equal share.
 
 ``greedy`` is the MILP's fallback when a time limit ends with no incumbent, and a policy of
-its own; ``equal_share`` is the simple baseline the replay compares against.
+its own; ``equal_share`` is the simple baseline the replay compares against. Both get the
+idle-hole forecasts the MILP gets, by the rules of :func:`forecast_greedy_choice` and
+:func:`equal_share`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,24 @@ def upper_hulls(options: Options) -> np.ndarray:
         kept[index[1:-1][below]] = False
 
 
+def hull_steps(options: Options) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The steps along every job's upper concave hull (:func:`upper_hulls`), in the greedy's
+    order.
+
+    Returns:
+        ``(to, need, slope, order)``, each of shape (s,) but ``order``: the option each step
+        reaches, the nodes it adds, its gain per node, and the steps' order (gain per node
+        descending; ties: job order, then hull order).
+    """
+    hull = np.flatnonzero(upper_hulls(options))
+    # A step goes from one hull option to the next of the same job.
+    step = options.job[hull[1:]] == options.job[hull[:-1]]
+    frm, to = hull[:-1][step], hull[1:][step]
+    need = options.count[to] - options.count[frm]
+    slope = (options.value[to] - options.value[frm]) / need
+    return to, need, slope, np.lexsort((to, -slope))
+
+
 def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, float | None]:
     """Greedy marginal gain over the options: the chosen option index per job.
 
@@ -66,13 +86,7 @@ def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, float | 
         ``None`` when the LP optimum is this integral answer (proven optimal).
     """
     chosen = options.start[:-1].copy()
-    hull = np.flatnonzero(upper_hulls(options))
-    # A step goes from one hull option to the next of the same job.
-    step = options.job[hull[1:]] == options.job[hull[:-1]]
-    frm, to = hull[:-1][step], hull[1:][step]
-    need = options.count[to] - options.count[frm]
-    slope = (options.value[to] - options.value[frm]) / need
-    order = np.lexsort((to, -slope))  # slope descending; ties: job order, then hull order
+    to, need, slope, order = hull_steps(options)
     # Every step before the first that does not fit is taken.
     fits = np.cumsum(need[order]) <= capacity
     taken = order[: int(np.argmin(fits)) if not fits.all() else len(order)]
@@ -107,8 +121,64 @@ def greedy_choice(options: Options, capacity: int) -> tuple[np.ndarray, float | 
     return chosen.astype(int), price
 
 
+def forecast_greedy_choice(options: Options, capacity: int) -> np.ndarray:
+    """The greedy with forecasts (options with levels and constraints (3)): the chosen
+    option index per job, shape (jobs,).
+
+    The rule: the steps of :func:`greedy_choice` on the relaxation without (3)
+    (:meth:`Options.relaxed`: every node priced as if it stayed through the horizon), in
+    the same order of gain per node, from every job at its zero option. Each step moves its
+    job to the target count at the highest level that (2) and (3) still allow (the
+    longest-lived nodes left), and is refused, ending that job's growth, when none is
+    allowed or the option there is worth no more than the job's current one (a grow onto
+    nodes forecast to leave before it pays back). Then one pass in job order moves each
+    job to its best option that (2) and (3) allow. So the greedy sees the same forecasts
+    as the MILP, and spends the longest-lived nodes on the steps of largest gain first.
+
+    Args:
+        options: the scored options with levels (``options.level`` set).
+        capacity: number of idle nodes N.
+
+    Returns:
+        Indices into ``options``; the choice satisfies (1)-(3).
+    """
+    relaxed, index = options.relaxed()
+    to, _, _, order = hull_steps(relaxed)
+    count, value, demand, start = options.count, options.value, options.demand, options.start
+    chosen = start[:-1].copy()
+    left = capacity - int(count[chosen].sum())
+    slack = options.supply - demand[chosen].sum(axis=0)
+    blocked: set[int] = set()
+    for s in order.tolist():
+        j = int(relaxed.job[to[s]])
+        if j in blocked:
+            continue
+        now, target = chosen[j], relaxed.count[to[s]]
+        same = start[j] + np.flatnonzero(count[start[j] : start[j + 1]] == target)
+        fit = np.all(demand[same] - demand[now] <= slack, axis=1) & (target - count[now] <= left)
+        if not fit.any() or value[same[fit][-1]] <= value[now]:  # the highest level allowed
+            blocked.add(j)
+            continue
+        o = same[fit][-1]
+        left -= int(count[o] - count[now])
+        slack = slack - (demand[o] - demand[now])
+        chosen[j] = o
+    for j, (lo, hi) in enumerate(zip(start[:-1].tolist(), start[1:].tolist(), strict=True)):
+        now = chosen[j]
+        fit = (count[lo:hi] - count[now] <= left) & np.all(
+            demand[lo:hi] - demand[now] <= slack, axis=1
+        )
+        best = lo + int(np.argmax(np.where(fit, value[lo:hi], -np.inf)))
+        if value[best] > value[now]:
+            left -= int(count[best] - count[now])
+            slack = slack - (demand[best] - demand[now])
+            chosen[j] = best
+    return chosen.astype(int)
+
+
 def greedy(problem: Problem) -> Allocation:
-    """Allocate by greedy marginal gain (see :func:`greedy_choice`), with no solver.
+    """Allocate by greedy marginal gain (see :func:`greedy_choice`; with forecasts
+    :func:`forecast_greedy_choice`), with no solver.
 
     Args:
         problem: the instance.
@@ -118,7 +188,10 @@ def greedy(problem: Problem) -> Allocation:
     """
     started_s = time.perf_counter()
     options = build_options(problem)
-    chosen, _ = greedy_choice(options, len(problem.idle_nodes))
+    if options.level is None:
+        chosen, _ = greedy_choice(options, len(problem.idle_nodes))
+    else:
+        chosen = forecast_greedy_choice(options, len(problem.idle_nodes))
     return make_allocation(
         problem,
         options,
@@ -174,6 +247,12 @@ def equal_share_counts(problem: Problem) -> list[tuple[int, int]]:
 
 def equal_share(problem: Problem) -> Allocation:
     """Allocate by equal share (see :func:`equal_share_counts`), ignoring the objective.
+
+    With forecasts its counts are the same (they ignore the objective by design); it gets
+    the forecasts through the placement, which gives the longest-lived free nodes to the
+    growing jobs with the costliest rescales
+    (:func:`interstice.optimizer.placement.assign_nodes`), and its objective is scored on
+    the nodes it gets.
 
     Args:
         problem: the instance.

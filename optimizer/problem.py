@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Literal
 
 import numpy as np
+from interstice.optimizer.forecast import NodeLives, node_lives, score_forecast_options
 from interstice.optimizer.objective import score_options
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -445,6 +448,14 @@ class Problem(BaseModel):
         relative_gap: the solver stops once its answer is proven within this fraction of the
             optimum, (bound - value) / bound <= relative_gap, in [0, 1); 0 (the default)
             asks for a proof of optimality. Gurobi's and CPLEX's default MIP gap is 1e-4.
+        idle_forecast_s: seconds each idle node is forecast to stay idle from now (the batch
+            scheduler's ``until`` minus now), >= 0, for the nodes whose end is known; a node
+            not listed is unknown and counts as staying through the horizon (H being the
+            ``auto`` estimate where used). ``None`` (the default) or empty: no forecasts,
+            and every answer is the one without them. How a forecast enters the model:
+            coefficient (h) and constraints (3) of :mod:`interstice.optimizer.formulation`.
+        forecast_classes: the most classes K of nodes forecast to leave within the horizon,
+            >= 1 (:func:`interstice.optimizer.forecast.node_lives`); the options grow with K.
     """
 
     model_config = Frozen
@@ -456,11 +467,28 @@ class Problem(BaseModel):
     horizon_s: float = Field(gt=0)
     time_limit_s: float = Field(default=10.0, gt=0)
     relative_gap: float = Field(default=0.0, ge=0, lt=1)
+    idle_forecast_s: dict[str, float] | None = None
+    forecast_classes: int = Field(default=6, ge=1)
+
+    @cached_property
+    def lives(self) -> NodeLives | None:
+        """The idle nodes' classes by forecast life; ``None`` without forecasts."""
+        return node_lives(
+            self.idle_nodes, self.idle_forecast_s, self.horizon_s, self.forecast_classes
+        )
 
     @model_validator(mode="after")
     def _consistent(self) -> Problem:
         if len(set(self.idle_nodes)) != len(self.idle_nodes):
             raise ValueError("idle_nodes: a node is listed twice")
+        for node, left_s in (self.idle_forecast_s or {}).items():
+            if node not in self.idle_nodes:
+                raise ValueError(f"idle_forecast_s: node {node!r} is not idle")
+            if not 0 <= left_s < math.inf:
+                raise ValueError(
+                    f"idle_forecast_s: node {node!r} has {left_s} s left; give a finite "
+                    "number >= 0 (leave an unknown end out)"
+                )
         ids = [j.job_id for j in self.jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("jobs: a job_id is listed twice")
@@ -526,8 +554,10 @@ class Problem(BaseModel):
         :meth:`max_count`; the depth is one of :meth:`depths_of` (or the current one at
         count 0); the node names number ``node_count``, are idle, are nobody else's, and are
         a superset or a subset of the nodes the job holds (nothing migrates); the reported
-        samples/s, goodput and rescale flag match the scalability table. Capacity follows
-        from the names being distinct idle nodes.
+        samples/s, goodput and rescale flag match the scalability table (and, with
+        ``idle_forecast_s``, the forecast lives of the very nodes named: :meth:`score`).
+        Capacity, and with forecasts constraints (3), follow from the names being distinct
+        idle nodes.
 
         Args:
             allocation: an answer to this problem, from any backend or policy.
@@ -568,17 +598,63 @@ class Problem(BaseModel):
                         f"{where}: node_count {count} is outside "
                         f"{job.min_nodes}..{self.max_count(job, depth)}"
                     )
-            score = score_options(
-                job, np.array([count]), (depth,), self.table_of(job), self.weights, self.horizon_s
-            )
+            rate, goodput, rescaled, value = self.score(job, share.node_names, depth)
             if not (
-                np.isclose(score.samples_per_s[0, 0], share.samples_per_s)
-                and np.isclose(score.goodput[0, 0], share.goodput)
-                and bool(score.rescaled[0, 0]) == share.rescaled
+                np.isclose(rate, share.samples_per_s)
+                and np.isclose(goodput, share.goodput)
+                and rescaled == share.rescaled
             ):
                 raise ValueError(f"{where}: samples_per_s, goodput or rescaled is misreported")
-            total += float(score.value[0, 0])
+            total += value
         return total
+
+    def score(
+        self, job: Job, node_names: Sequence[str], spb_depth: int
+    ) -> tuple[float, float, bool, float]:
+        """What ``job`` earns on ``node_names`` at ``spb_depth``: the objective's terms of
+        that one answer (the same computation as the options', so they cannot disagree).
+
+        With forecasts (coefficient (h) of the formulation) the nodes matter, not only
+        their count: the job keeps the held ones among ``node_names``, and its new ones
+        count at the life of the shortest-lived of them (the level of the new nodes).
+
+        Returns:
+            ``(samples_per_s, goodput, rescaled, value)``: samples/s, samples of progress
+            over the horizon, whether it is a rescale, and its term in the objective.
+        """
+        count = np.array([len(node_names)])
+        table, lives = self.table_of(job), self.lives
+        if lives is None or not lives.classes:
+            s = score_options(job, count, (spb_depth,), table, self.weights, self.horizon_s)
+            return (
+                float(s.samples_per_s[0, 0]),
+                float(s.goodput[0, 0]),
+                bool(s.rescaled[0, 0]),
+                float(s.value[0, 0]),
+            )
+        names = set(node_names)
+        kept = [node for node in job.nodes if node in names]
+        released = [node for node in job.nodes if node not in names]
+        new = sorted(names - set(job.nodes))
+        keep_order = lives.keep_order(kept) + lives.keep_order(released)
+        level = int(lives.classes_of(new).min()) if new else lives.classes + 1
+        s = score_forecast_options(
+            job,
+            count,
+            (spb_depth,),
+            table,
+            self.weights,
+            self.horizon_s,
+            lives.life_s,
+            lives.classes_of(keep_order),
+        )
+        at = (0, 0, level - 1)
+        return (
+            float(s.samples_per_s[at]),
+            float(s.goodput[at]),
+            bool(s.rescaled[at]),
+            float(s.value[at]),
+        )
 
 
 class JobAllocation(BaseModel):

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import importlib
 import time
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
-from interstice.optimizer.formulation import Options, bound_reduction, build_options, lp_bound
+from interstice.optimizer.formulation import (
+    Options,
+    bound_reduction,
+    build_options,
+    lagrangian_prices,
+    lp_bound,
+)
 from interstice.optimizer.placement import make_allocation
-from interstice.optimizer.policies import greedy_choice
+from interstice.optimizer.policies import forecast_greedy_choice, greedy_choice
 from interstice.optimizer.problem import Allocation, Problem
 
 Backend = Literal["cbc", "cpsat"]
@@ -37,6 +44,49 @@ def chosen_options(options: Options, values: np.ndarray) -> np.ndarray:
     if np.any(per_job != 1):
         raise ValueError("solver answer violates constraint (1): not one option per job")
     return np.flatnonzero(on)
+
+
+def _forecast_start(
+    options: Options, capacity: int
+) -> tuple[np.ndarray, float, np.ndarray | None, float | None]:
+    """With forecasts: the incumbent, the prices of reduction (iii) and the bound.
+
+    The relaxation without constraints (3) (:meth:`Options.relaxed`) is solved as the
+    problem without forecasts is: when its LP optimum is integral and that answer satisfies
+    (3), it is optimal here too (bound ``None``). Otherwise the incumbent is the best of the
+    forecast greedy (:func:`interstice.optimizer.policies.forecast_greedy_choice`), the
+    relaxation's answer where it satisfies (3), and the forecast greedy on the values less
+    the class prices mu (what the Lagrangian says a long-lived node is worth); the bound is
+    L(lambda, mu) of :func:`~interstice.optimizer.formulation.lagrangian_prices`, started
+    from the relaxation's LP node price (0 where its LP is integral), and never above the
+    relaxation's own bound.
+
+    Returns:
+        ``(chosen, lambda, mu, bound)``: indices into ``options`` (shape (jobs,)), the prices
+        for reduction (iii), and the bound or ``None``.
+    """
+    relaxed, index = options.relaxed()
+    relaxed_chosen, price = greedy_choice(relaxed, capacity)
+    candidate = index[relaxed_chosen]
+    fits = options.fits(candidate, capacity)
+    if price is None and fits:
+        return candidate, 0.0, None, None
+    relaxed_bound = (
+        float(options.value[candidate].sum())
+        if price is None
+        else lp_bound(relaxed, capacity, price)
+    )
+    chosen = forecast_greedy_choice(options, capacity)
+    if fits and options.value[candidate].sum() > options.value[chosen].sum():
+        chosen = candidate
+    price, class_price, bound = lagrangian_prices(
+        options, capacity, price or 0.0, float(options.value[chosen].sum())
+    )
+    priced = replace(options, value=options.value - options.demand @ class_price)
+    guided = forecast_greedy_choice(priced, capacity)
+    if options.value[guided].sum() > options.value[chosen].sum():
+        chosen = guided
+    return chosen, price, class_price, min(bound, relaxed_bound)
 
 
 def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
@@ -83,10 +133,14 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             termination="trivial",
             started_s=started_s,
         )
-    greedy_chosen, price = greedy_choice(options, capacity)
+    class_price = None
+    if options.level is None:
+        greedy_chosen, price = greedy_choice(options, capacity)
+        # no bound when the LP relaxation's optimum is integral: the greedy answer is optimal
+        bound = None if price is None else lp_bound(options, capacity, price)
+    else:
+        greedy_chosen, price, class_price, bound = _forecast_start(options, capacity)
     greedy_value = options.value[greedy_chosen].sum()
-    # no bound when the LP relaxation's optimum is integral: the greedy answer is optimal
-    bound = None if price is None else lp_bound(options, capacity, price)
     if bound is None or bound - greedy_value <= problem.relative_gap * abs(bound):
         return make_allocation(
             problem,
@@ -94,12 +148,12 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             greedy_chosen,
             status="optimal",
             backend="greedy",
-            termination=LP_INTEGRAL if price is None else WITHIN_GAP,
+            termination=LP_INTEGRAL if bound is None else WITHIN_GAP,
             started_s=started_s,
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
     remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
-    keep = bound_reduction(options, capacity, price, greedy_chosen)  # reduction (iii)
+    keep = bound_reduction(options, capacity, price, greedy_chosen, class_price)  # (iii)
     kept = np.flatnonzero(keep)
     reduced = options.subset(keep)
     hint = np.searchsorted(kept, greedy_chosen)

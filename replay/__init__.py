@@ -2,6 +2,7 @@
 
 ``interstice replay`` (:mod:`.cli`) loads the node-state trace (:mod:`.trace`), the jobs file
 (:mod:`.jobs`) and the scalability table, replays the jobs on a window of the trace under a
-policy and two baselines (:mod:`.simulator`, with the horizon of :mod:`.horizon`), and writes
-``report.json`` and ``report.png`` (:mod:`.report`).
+policy and two baselines (:mod:`.simulator`, with the horizon of :mod:`.horizon` and, with
+``--forecast``, the idle-hole forecasts of :mod:`.forecast`), and writes ``report.json`` and
+``report.png`` (:mod:`.report`).
 """

@@ -96,6 +96,21 @@ def replay(
         "--learn/--no-learn",
         help="Fit each job's curve from the rates it really trained at (optimizer.learning).",
     ),
+    forecast: str = typer.Option(
+        "none",
+        help="Idle-hole forecasts the elastic policies get (replay/forecast.py): none; exact "
+        "(each hole's true end from the trace); plan (a planner's: --forecast-coverage of the "
+        "holes known, each reported late by up to --forecast-error of the remaining time).",
+    ),
+    forecast_coverage: float = typer.Option(
+        0.5, help="With --forecast plan: the share of holes whose end is known, in [0, 1]."
+    ),
+    forecast_error: float = typer.Option(
+        0.5,
+        help="With --forecast plan: a known end is reported late by a seeded factor in [0, F) "
+        "of the remaining time; F >= 0.",
+    ),
+    forecast_seed: int = typer.Option(0, help="Seed of the --forecast plan draws."),
     rigid_nodes: int | None = typer.Option(
         None, help="Node count every rigid job asks for (default: its max_nodes)."
     ),
@@ -118,6 +133,7 @@ def replay(
         normalisation,
         sample_nodes,
     )
+    from interstice.replay.forecast import FORECASTS, ForecastSettings, HoleForecasts
     from interstice.replay.horizon import AutoHorizon, FixedHorizon
     from interstice.replay.jobs import load_jobs
     from interstice.replay.rates import perturb
@@ -167,6 +183,13 @@ def replay(
         fail(f"--time-limit must be > 0, got {time_limit}")
     if not 0 <= early_finish <= 1:
         fail(f"--early-finish must be within [0, 1], got {early_finish}")
+    if forecast not in FORECASTS:
+        fail(f"--forecast must be one of {', '.join(FORECASTS)}, got {forecast!r}")
+    if not 0 <= forecast_coverage <= 1:
+        fail(f"--forecast-coverage must be within [0, 1], got {forecast_coverage}")
+    if not 0 <= forecast_error < float("inf"):
+        fail(f"--forecast-error must be a finite number >= 0, got {forecast_error}")
+    forecast_settings = ForecastSettings(forecast, forecast_coverage, forecast_error, forecast_seed)
     horizon_s = None
     if horizon != "auto":
         try:
@@ -231,6 +254,9 @@ def replay(
         node_ids = read_nodes_file(nodes_file, node_trace.node_names.tolist())
     window = node_trace.window(start_s, end_s, node_ids)
     horizon_fn = AutoHorizon(node_trace, start_s) if horizon_s is None else FixedHorizon(horizon_s)
+    forecast_fn = None
+    if forecast_settings.mode != "none":
+        forecast_fn = HoleForecasts(node_trace, start_s, node_ids, forecast_settings).remaining_s
 
     policies = allocators(backend)
     order = [policy] + ([] if no_baselines else [p for p in POLICIES if p != policy])
@@ -304,6 +330,7 @@ def replay(
                     name=name,
                     on_progress=show,
                     believed=believed,
+                    forecast=forecast_fn,
                 )
             results.append(result)
             end = window.start + np.timedelta64(int(window.duration_s), "s")
@@ -331,6 +358,7 @@ def replay(
         "rate_error": rate_error,
         "rate_seed": rate_seed if rate_error else None,
         "learn": learn,
+        **forecast_settings.report(),
         "rigid_nodes": rigid_nodes,
         "checkpoint_interval_s": checkpoint_interval_s,
     }
@@ -346,6 +374,12 @@ def replay(
         f"horizon {horizon}"
         + (f", rate error {rate_error:g}" if rate_error else "")
         + (", learning" if learn else "")
+        + (f", forecast {forecast}" if forecast != "none" else "")
+        + (
+            f" (coverage {forecast_coverage:g}, error {forecast_error:g})"
+            if forecast == "plan"
+            else ""
+        )
     )
     report_module.plot(results, window_start, out / "report.png", title)
     for name, figures in full["policies"].items():

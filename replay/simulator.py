@@ -34,6 +34,11 @@ depth change costs ``rescale_down_s``, during which it makes no progress; a chan
 such a pause restarts it (the pause ends at ``max(previous end, now + cost)``). Its nodes count
 as allocated throughout.
 
+Idle-hole forecasts (``forecast``, :mod:`interstice.replay.forecast`): each solve's
+:class:`~interstice.optimizer.Problem` carries the forecast remaining idle time of the idle
+nodes whose hole end is known (``idle_forecast_s``); the trace still decides when a node is
+reclaimed, and a reclaim costs what it costs without forecasts.
+
 What the optimizer believes may differ from the truth: the simulator always trains at the
 *true* table's rates, while each solve's :class:`~interstice.optimizer.Problem` carries a
 *believed* table (``believed``: e.g. the true one with every rate multiplied by a seeded
@@ -72,6 +77,8 @@ rescale cost and churn, and less fairness (every term of the objective is per jo
 capacity is not binding), so the optimum keeps every job as it is; greedy and equal-share keep
 it too (an equal share of a pool of at least the sum of the maxima is each job's maximum).
 ``skip_equivalent=False`` turns (ii) off; the tests replay a window both ways and compare.
+With forecasts (ii) is off: time alone changes the forecasts, so the argument above does
+not cover them.
 """
 
 from __future__ import annotations
@@ -94,6 +101,10 @@ Policy = Callable[[Problem], Allocation]
 Horizon = Callable[[float, np.ndarray], float]
 """Forecast horizon in seconds from ``(t_s, idle_since_s)``: the simulated time and when each
 node became idle (NaN if busy), shape (n,) (:mod:`interstice.replay.horizon`)."""
+
+Forecast = Callable[[float, np.ndarray], dict[int, float]]
+"""Forecast remaining idle seconds from ``(t_s, idle_ids)``: per idle node id whose hole's end
+is known (:meth:`interstice.replay.forecast.HoleForecasts.remaining_s`)."""
 
 
 @dataclass(frozen=True)
@@ -235,8 +246,10 @@ class Replay:
         options: ReplayOptions,
         name: str,
         believed: ScalabilityTable | None = None,
+        forecast: Forecast | None = None,
     ) -> None:
         self.window, self.table, self.policy = window, table, policy
+        self.forecast = forecast
         self.believed = table if believed is None else believed
         self.learner = Learner(self.believed) if options.learn else None
         self.horizon, self.options = horizon, options
@@ -450,6 +463,7 @@ class Replay:
             self.options.weights.throughput <= 0
             or self.believed is not self.table
             or self.learner is not None
+            or self.forecast is not None
         ):
             return False
         for j in self.active:
@@ -472,14 +486,19 @@ class Replay:
             self.last_solve_s = now_s
             self.changed = False
             return
-        idle_ids = np.flatnonzero(self.idle).tolist()
+        idle_ids = np.flatnonzero(self.idle)
+        forecast_s = None
+        if self.forecast is not None:
+            left_s = self.forecast(now_s, idle_ids)
+            forecast_s = {self.names[i]: s for i, s in left_s.items()}
         problem = Problem(
-            idle_nodes=tuple(self.names[i] for i in idle_ids),
+            idle_nodes=tuple(self.names[i] for i in idle_ids.tolist()),
             jobs=tuple(self.job_snapshot(j) for j in self.active),
             scalability=self.believed,
             weights=self.options.weights,
             horizon_s=horizon_s,
             time_limit_s=self.options.time_limit_s,
+            idle_forecast_s=forecast_s,
         )
         allocation = self.policy(problem)
         self.apply(allocation, now_s)
@@ -610,6 +629,7 @@ def replay(
     name: str = "policy",
     on_progress: Callable[[float], None] | None = None,
     believed: ScalabilityTable | None = None,
+    forecast: Forecast | None = None,
 ) -> ReplayResult:
     """Replay ``jobs`` on ``window`` under ``policy`` (module docstring for the model).
 
@@ -624,6 +644,8 @@ def replay(
         on_progress: called with the simulated time after each step.
         believed: the table the policy is told (default: ``table``); the jobs always train
             at ``table``'s rates.
+        forecast: the idle-hole forecasts each solve is told (``Problem.idle_forecast_s``);
+            ``None``: none.
 
     Returns:
         The replay's totals, timeline and per-job records.
@@ -631,4 +653,6 @@ def replay(
     Raises:
         RuntimeError: the policy returned an allocation the simulator cannot carry out.
     """
-    return Replay(window, jobs, table, policy, horizon, options, name, believed).run(on_progress)
+    return Replay(window, jobs, table, policy, horizon, options, name, believed, forecast).run(
+        on_progress
+    )

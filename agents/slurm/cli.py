@@ -9,12 +9,16 @@ from typing import Annotated
 
 import typer
 
-from interstice.errors import fail
+from interstice.errors import fail, token_from_file
 
 slurm_app = typer.Typer(
     help="Slurm integration: placeholder jobs in a scavenger partition, Prolog and Epilog.",
     no_args_is_help=True,
 )
+
+ENV_SCHEDULER_TOKEN = "INTERSTICE_SCHEDULER_TOKEN"
+"""Environment variable of the scheduler-role token of ``fill --server``."""
+
 
 PartitionOption = Annotated[str, typer.Option(help="The scavenger partition.")]
 
@@ -85,36 +89,81 @@ def fill(
     ] = None,
     interval_s: Annotated[float, typer.Option(min=1.0, help="Seconds between passes.")] = 30.0,
     once: Annotated[bool, typer.Option(help="Run one pass and exit.")] = False,
+    server: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Base URL of the service: post each idle node's forecast end (until) from "
+            "Slurm's plan; replicas as URL1,URL2 or --server repeated. None: placeholders only.",
+            show_default=False,
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"File holding a token of role scheduler (else ${ENV_SCHEDULER_TOKEN}).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Keep one placeholder job queued or running per usable node of the partition.
 
     Each pass counts the partition's usable nodes (sinfo) and its pending or running
     placeholders (squeue, by job name) and submits the difference (sbatch), printing one line.
-    Runs until interrupted, a failed pass reported on stderr and retried; with --once, one
+    With --server, the pass then reads Slurm's plan (squeue --start: pending jobs' StartTime
+    and SchedNodes; scontrol show res: reservations) and posts, for each node the service
+    shows idle, an idle event whose until is the earliest planned start that takes the node,
+    or withdraws (until null) one it posted that the plan no longer has; a second line says
+    so. Runs until interrupted, a failed pass reported on stderr and retried; with --once, one
     pass, and a failure exits with code 2.
     """
+    from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
     from interstice.agents.slurm.env import NodeListError
-    from interstice.agents.slurm.fill import SlurmCommandError, fill_once
+    from interstice.agents.slurm.fill import SlurmCommandError, fill_once, run_slurm
+    from interstice.agents.slurm.plan import Posted, forecast_pass
     from interstice.agents.slurm.scripts import PlaceholderJob
 
     job = PlaceholderJob(partition, time_limit, output)
+    servers = [url.strip() for given in server or [] for url in given.split(",") if url.strip()]
+    client = ServiceClient(servers, _scheduler_token(token_file)) if servers else None
+    posted = Posted()
+    failures = (SlurmCommandError, NodeListError, ValueError, ServiceRejected, ServiceUnavailable)
     while True:
         try:
             outcome = fill_once(job, max_jobs)
-        except (SlurmCommandError, NodeListError, ValueError) as error:
-            if once:
-                fail(str(error))
-            # A passing fault (slurmctld restarting) must not end the loop: retry next pass.
-            typer.echo(f"error: {' '.join(str(error).split())}", err=True)
-        else:
             typer.echo(
                 f"partition {partition}: {outcome.nodes} usable nodes, {outcome.queued} "
                 f"placeholders queued or running, submitted {len(outcome.submitted)}"
                 + (f" ({', '.join(outcome.submitted)})" if outcome.submitted else "")
             )
+            if client is not None:
+                seen = forecast_pass(
+                    run_slurm,
+                    lambda *a, **k: client.call(*a, give_up_after_s=interval_s, **k),
+                    posted,
+                )
+                typer.echo(
+                    f"forecasts: {seen.planned} nodes wanted back by Slurm's plan, "
+                    f"posted {seen.posted}, withdrawn {seen.withdrawn}"
+                )
+        except failures as error:
+            if once:
+                fail(str(error))
+            # A passing fault (slurmctld restarting) must not end the loop: retry next pass.
+            typer.echo(f"error: {' '.join(str(error).split())}", err=True)
         if once:
             return
         sleep(interval_s)
+
+
+def _scheduler_token(token_file: Path | None) -> str:
+    """The scheduler token from ``--token-file``, else :data:`ENV_SCHEDULER_TOKEN`; exits
+    with code 2 naming the option where neither gives one."""
+    token = os.environ.get(ENV_SCHEDULER_TOKEN, "")
+    if token_file is not None:
+        token = token_from_file(token_file)
+    if not token:
+        fail(f"--token-file: give a scheduler token (or ${ENV_SCHEDULER_TOKEN}) with --server")
+    return token
 
 
 @slurm_app.command("prolog")

@@ -57,12 +57,15 @@ def placeholders_missing(nodes: int, queued: int, max_jobs: int | None = None) -
     return max(0, target - queued)
 
 
-def run_slurm(arguments: list[str], stdin: str | None = None) -> str:
+def run_slurm(
+    arguments: list[str], stdin: str | None = None, env: dict[str, str] | None = None
+) -> str:
     """Run a Slurm client command and return its standard output.
 
     Args:
         arguments: the command line, e.g. ``["squeue", "-h"]``.
         stdin: text for standard input (sbatch reads the script there).
+        env: the command's environment; None: this process's.
 
     Returns:
         The standard output.
@@ -75,6 +78,7 @@ def run_slurm(arguments: list[str], stdin: str | None = None) -> str:
         result = subprocess.run(
             arguments,
             input=stdin,
+            env=env,
             capture_output=True,
             text=True,
             timeout=SLURM_COMMAND_TIMEOUT_S,

@@ -11,14 +11,22 @@ the shipped slurm.conf fragment, Prolog, Epilog and placeholder job against the 
    service shows the agent left and the node not allocatable, and the batch job starts only
    after that (the Epilog holds the node until the agent is gone).
 
+And Slurm's plan as forecasts (issue 23), on two nodes: a batch job runs on ``n1`` with a
+time limit, the placeholder on ``n2``; a two-node batch job waits behind the first, so the
+backfill planner gives it a StartTime on ``n[1-2]``. ``interstice slurm fill --server``
+running every second posts ``n2``'s ``until`` equal to that StartTime (``n1`` is Slurm's,
+unknown to the service: nothing is posted for it); after ``scancel`` it withdraws it.
+
 Skips, saying what failed, where Slurm or munge is not installed or not root.
 """
 
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -51,6 +59,7 @@ class Cluster:
     slurm: SlurmCluster
     server_url: str
     admin_token: str
+    scheduler_token: str
 
     @property
     def root(self) -> Path:
@@ -64,10 +73,10 @@ class Cluster:
         """The daemons', the service's and the agents' logs, for a failure message."""
         return [*self.slurm.logs(), self.root / "log/serve.log"]
 
-    def node_record(self) -> dict | None:
-        """The service's record of the node, None before it knows the node."""
+    def node_record(self, name: str = NODE) -> dict | None:
+        """The service's record of node ``name``, None before it knows the node."""
         nodes = self.get("/v1/nodes")["data"]
-        return next((node for node in nodes if node["name"] == NODE), None)
+        return next((node for node in nodes if node["name"] == name), None)
 
     def get(self, path: str) -> dict:
         """GET a service path as admin."""
@@ -80,6 +89,14 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """``interstice serve`` on SQLite, then munged, slurmctld and slurmd; all stopped after."""
+    with running_cluster(tmp_path, [NODE]) as running:
+        yield running
+
+
+@contextmanager
+def running_cluster(tmp_path: Path, nodes: Sequence[str]) -> Iterator[Cluster]:
+    """``interstice serve`` on SQLite, then munged, slurmctld and a slurmd per node of
+    ``nodes``; all stopped after."""
     require_slurm()
     interstice = interstice_bin()
     (tmp_path / "log").mkdir()
@@ -92,7 +109,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             timeout=60,
             check=True,
         ).stdout.strip()
-        for role in ("admin", "agent")
+        for role in ("admin", "agent", "scheduler")
     }
     port = free_port()
     server_url = f"http://127.0.0.1:{port}"
@@ -112,8 +129,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         logs = [tmp_path / "log/serve.log"]
         wait_for("interstice serve to listen", service_up, START_TIMEOUT_S, lambda: logs)
         agent_conf = write_agent_conf(tmp_path, [server_url], tokens["agent"], GRACE_S)
-        with slurm_cluster(tmp_path, [NODE], GRACE_S, agent_conf) as slurm:
-            yield Cluster(slurm=slurm, server_url=server_url, admin_token=tokens["admin"])
+        with slurm_cluster(tmp_path, nodes, GRACE_S, agent_conf) as slurm:
+            yield Cluster(slurm, server_url, tokens["admin"], tokens["scheduler"])
     finally:
         stop_process(service)
 
@@ -177,3 +194,92 @@ def test_placeholder_prolog_preemption_epilog(cluster: Cluster) -> None:
     what = "the node to return idle after the batch job"
     node = wait_for(what, agent_alive_on_idle_node, START_TIMEOUT_S, cluster.logs)
     assert node["agent"]["agent_id"] == agent_id, "re-registration keeps the agent id"
+
+
+def test_slurm_plan_reaches_the_service_as_until(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, ["n1", "n2"]) as cluster:
+        slurm = cluster.slurm
+        # 1. A batch job holds n1 up to its 2-minute limit; the placeholder takes n2.
+        slurm.slurm(
+            "sbatch", "-p", "batch", "-w", "n1", "-t", "2", "-o", "/dev/null", "--wrap=sleep 300"
+        )
+        wait_for(
+            "the batch job to run on n1",
+            lambda: slurm.node_states().get("n1") == "allocated",
+            START_TIMEOUT_S,
+            cluster.logs,
+        )
+        assert (
+            "submitted 1"
+            in subprocess.run(
+                slurm.fill_command("--once", "--max-jobs", "1"),
+                env=slurm.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+        )
+
+        def n2_allocatable() -> dict | None:
+            node = cluster.node_record("n2")
+            return node if node is not None and node["allocatable"] else None
+
+        wait_for("n2 idle with an alive agent", n2_allocatable, START_TIMEOUT_S, cluster.logs)
+        # 2. fill with the service, every second, in the background.
+        token_file = tmp_path / "scheduler.token"
+        token_file.write_text(cluster.scheduler_token)
+        token_file.chmod(0o600)
+        fill_log = tmp_path / "log/fill.log"
+        command = slurm.fill_command(
+            "--max-jobs",
+            "1",
+            "--interval-s",
+            "1",
+            "--server",
+            cluster.server_url,
+            "--token-file",
+            str(token_file),
+        )
+        fill = start_process(command, fill_log, slurm.env)
+        logs = lambda: [*cluster.logs(), fill_log]  # noqa: E731
+        try:
+            # 3. A two-node job waits behind n1's; the planner gives it a start on n[1-2].
+            waiting = slurm.slurm(
+                "sbatch",
+                "--parsable",
+                "-p",
+                "batch",
+                "-N",
+                "2",
+                "-t",
+                "1",
+                "-o",
+                "/dev/null",
+                "--wrap=true",
+            ).strip()
+
+            def planned_start() -> str | None:
+                out = slurm.slurm("squeue", "--start", "-h", "-j", waiting, "-o", "%S %Y")
+                start, nodes = (out.split() + ["", ""])[:2]
+                return start if nodes == "n[1-2]" and start not in ("N/A", "") else None
+
+            start = wait_for("the backfill plan of the waiting job", planned_start, 20, logs)
+            # squeue prints the controller's local time (the test runs in this host's zone)
+            expected = datetime.fromisoformat(start).astimezone(UTC)
+            expected_iso = expected.isoformat().replace("+00:00", "Z")
+
+            def n2_until() -> str | None:
+                node = cluster.node_record("n2")
+                return None if node is None else node["until"]
+
+            assert wait_for("n2's until in the service", n2_until, 10, logs) == expected_iso
+            assert cluster.node_record("n1") is None, "n1 is Slurm's: no event for it"
+            # 4. The waiting job is cancelled: the forecast is withdrawn within a pass.
+            slurm.slurm("scancel", waiting)
+            wait_for("n2's until withdrawn", lambda: n2_until() is None or None, 10, logs)
+            node = cluster.node_record("n2")
+            assert node is not None and node["state"] == "idle" and node["allocatable"]
+            assert "withdrawn 1" in fill_log.read_text()
+        finally:
+            stop_process(fill)

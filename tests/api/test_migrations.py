@@ -1,13 +1,14 @@
 """Migration 0002 on a database written by 0001: existing jobs keep their values under the
 new names (batch_size -> global_batch_size, checkpoint_dir -> job_dir, total_samples an
 integer), the new columns get their defaults, and the downgrade restores 0001's schema.
-Migration 0005 on one written by 0004: stored node events count as applied."""
+Migration 0005 on one written by 0004: stored node events count as applied. Migration 0006:
+nodes and stored events get no forecast (``until`` None), and the downgrade drops it."""
 
 from __future__ import annotations
 
 from alembic import command
 from interstice.api import db as database
-from interstice.api.tables import Job, NodeEvent, Rescale
+from interstice.api.tables import Job, Node, NodeEvent, Rescale
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.orm import Session
 
@@ -73,4 +74,25 @@ def test_0005_takes_the_stored_events_as_applied(db_url: str) -> None:
         assert session.get_one(NodeEvent, "e1").superseded_by_at is None
     _migrate(engine, "0004_tokens", down=True)
     assert "superseded_by_at" not in {c["name"] for c in inspect(engine).get_columns("node_events")}
+    engine.dispose()
+
+
+def test_0006_gives_nodes_and_events_no_forecast(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0005_superseded_events",
+        "INSERT INTO nodes (name, state, since, holder_job_id, event_at) VALUES "
+        "('n1', 'idle', '2026-01-01 00:00:00', NULL, '2026-01-01 00:00:00')",
+        "INSERT INTO node_events (event_id, node, state, at, grace_s, reclaimed_job_id, "
+        "received_at, superseded_by_at) VALUES ('e1', 'n1', 'idle', '2026-01-01 00:00:00', 0, "
+        "NULL, '2026-01-01 00:00:01', NULL)",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        assert session.get_one(NodeEvent, "e1").until is None
+        node = session.get_one(Node, "n1")
+        assert (node.state, node.until) == ("idle", None)
+    _migrate(engine, "0005_superseded_events", down=True)
+    for table in ("nodes", "node_events"):
+        assert "until" not in {c["name"] for c in inspect(engine).get_columns(table)}
     engine.dispose()

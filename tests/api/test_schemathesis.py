@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,19 +78,42 @@ def _job_rules_kept(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@SCHEMA.hook.apply_to(method="POST", path="/v1/jobs")
+def _event_rules_kept(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` changed to keep the rules of ``until`` that JSON Schema cannot state (after
+    ``at``, on ``idle`` events only): such an ``until`` is dropped."""
+    events = body.get("events")
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, dict) and event.get("until") is not None:
+            try:
+                after = _utc(event["until"]) > _utc(event["at"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if event.get("state") == "busy" or not after:
+                del event["until"]
+    return body
+
+
+@SCHEMA.hook.apply_to(method="POST", path=["/v1/jobs", "/v1/nodes/events"])
 def map_case(ctx: Any, case: Any) -> Any:
     """Schema-valid jobs that also keep the rules JSON Schema cannot state, so that
     ``positive_data_acceptance`` runs on ``POST /v1/jobs`` (it found ``command: [""]``,
-    allowed by the schema then); an ``Idempotency-Key`` is a new one (a key used before
+    allowed by the schema then), and node events that keep ``until``'s rules; an
+    ``Idempotency-Key`` is a new one (a key used before
     with another body is a 422, as the header's description says)."""
     if case.meta is not None and case.meta.generation.mode != POSITIVE:
         return case
     if isinstance(case.body, dict):
-        case.body = _job_rules_kept(case.body)
+        kept = _event_rules_kept if case.path == "/v1/nodes/events" else _job_rules_kept
+        case.body = kept(case.body)
     if case.headers and "Idempotency-Key" in case.headers:
         case.headers["Idempotency-Key"] = str(uuid.uuid4())
     return case
+
+
+def _utc(text: str) -> datetime:
+    """An ISO 8601 time as the API reads it: without an offset, UTC."""
+    at = datetime.fromisoformat(text)
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 class Running:

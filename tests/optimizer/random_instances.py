@@ -170,3 +170,164 @@ def assert_rules_hold(problem: Problem, allocation: Allocation) -> None:
             assert (a.node_count, a.spb_depth) in job_options(problem, job)
             assert job.spb_depths != (0,) or a.spb_depth == 0
     assert problem.evaluate(allocation) == pytest.approx(allocation.objective, rel=1e-9, abs=1e-6)
+
+
+# -- with idle-hole forecasts (formulation's coefficient (h) and constraints (3)) ------------
+
+
+def random_forecast_problem(rng: random.Random) -> Problem:
+    """:func:`random_problem` with forecasts: each idle node's end known with probability
+    0.7, its remaining idle time drawn from a few shared values (so classes hold several
+    nodes) or uniformly, some below the jobs' rescale costs and some beyond the horizon;
+    1-3 classes, so lives are grouped too."""
+    problem = random_problem(rng)
+    horizon_s = problem.horizon_s
+    shared = [rng.uniform(0, horizon_s) for _ in range(2)]
+    forecast = {}
+    for node in problem.idle_nodes:
+        if rng.random() < 0.7:
+            forecast[node] = rng.choice(
+                [*shared, rng.uniform(0, 40), rng.uniform(0, 1.3 * horizon_s), 0.0]
+            )
+    if not forecast:
+        forecast[problem.idle_nodes[0]] = rng.uniform(0, horizon_s)
+    fields = {name: getattr(problem, name) for name in Problem.model_fields}
+    return Problem(**{**fields, "idle_forecast_s": forecast,
+                      "forecast_classes": rng.randint(1, 3)})  # fmt: skip
+
+
+def keep_order(problem: Problem, nodes) -> list[str]:
+    """Longest forecast first (H where unknown), ties by name: the rule by which a job keeps
+    its held nodes, written out."""
+    forecast = problem.idle_forecast_s or {}
+    return sorted(nodes, key=lambda node: (-forecast.get(node, problem.horizon_s), node))
+
+
+def forecast_trained(problem: Problem, job: Job, names, depth: int, level: int) -> float:
+    """Samples ``job`` trains within the horizon on ``names`` at ``depth`` with its new nodes
+    counted at class ``level``'s life, by coefficient (h) written out event by event: the
+    kept held nodes leave at their class's life, a fall in the count pauses the job
+    rescale_down_s (pause end = max(previous end, t + rescale_down_s)), a fall below
+    min_nodes stops it."""
+    lives, horizon_s = problem.lives, problem.horizon_s
+    life_of = {k + 1: float(t) for k, t in enumerate(lives.life_s)}
+    life_of[lives.classes + 1] = horizon_s
+    held = set(job.nodes)
+    life = [life_of[lives.node_class[n]] for n in names if n in held]
+    life += [life_of[level]] * sum(n not in held for n in names)
+    count, held_count = len(names), len(job.nodes)
+    if count == 0:
+        return 0.0
+    if count > held_count:
+        pause_end_s = job.rescale_up_s
+    elif count < held_count or depth != job.spb_depth:
+        pause_end_s = job.rescale_down_s
+    else:
+        pause_end_s = 0.0
+    table = curve_of(problem, job)
+    progress = table.progress_per_sample(job.model, depth)
+
+    def rate(n: int) -> float:
+        return table.samples_per_s(job.model, n, depth) * progress if n else 0.0
+
+    total, since_s, stopped = 0.0, 0.0, False
+    for t in sorted({t for t in life if t < horizon_s}) + [horizon_s]:
+        total += rate(count) * max(0.0, t - max(since_s, pause_end_s))
+        left = sum(1 for other in life if other > t)
+        if t < horizon_s and not stopped:
+            if left < job.min_nodes:
+                stopped, count = True, 0
+            elif left < count:
+                pause_end_s, count = max(pause_end_s, t + job.rescale_down_s), left
+        since_s = t
+    return total
+
+
+def forecast_worst(problem: Problem, job: Job, names, depth: int) -> tuple[float, float]:
+    """``(value, goodput)`` of ``job`` on ``names`` at ``depth`` by coefficient (h) written
+    out: its new nodes at the level of the shortest-lived of them, worth the least of levels
+    L..K+1 (ties: the lowest level); eqs. (a), (c)-(g) on that level's samples."""
+    from interstice.optimizer.objective import option_value
+
+    lives = problem.lives
+    held = set(job.nodes)
+    level = min((lives.node_class[n] for n in names if n not in held), default=lives.classes + 1)
+    count = len(names)
+    rescaled = count != len(job.nodes) or (count > 0 and depth != job.spb_depth)
+    worst = None
+    for at in range(level, lives.classes + 2):
+        trained = forecast_trained(problem, job, names, depth, at)
+        goodput, value = option_value(job, count, trained, rescaled, True, curve_of(problem, job),
+                                      problem.weights, problem.horizon_s)  # fmt: skip
+        if worst is None or value < worst[0]:
+            worst = (float(value), float(goodput))
+    return worst
+
+
+def forecast_share(problem: Problem, job: Job, names, depth: int) -> JobAllocation:
+    """A job's share on ``names`` with goodput by :func:`forecast_worst`."""
+    count = len(names)
+    table = curve_of(problem, job)
+    rate = table.samples_per_s(job.model, count, depth) if count else 0.0
+    rescaled = count != len(job.nodes) or (count > 0 and depth != job.spb_depth)
+    goodput = forecast_worst(problem, job, names, depth)[1]
+    return JobAllocation(job_id=job.job_id, node_count=count, node_names=tuple(sorted(names)),
+                         spb_depth=depth, samples_per_s=rate, goodput=goodput,
+                         rescaled=rescaled)  # fmt: skip
+
+
+def exhaustive_forecast_optimum(problem: Problem) -> tuple[float, Allocation]:
+    """The best allocation by enumeration, not by the formulation: every count per job;
+    each job keeps its longest-lived held nodes (:func:`keep_order`); every way to give the
+    growing jobs the free nodes, by how many of each class each takes (a job's new nodes
+    count at the shortest-lived's class, so nodes of one class are interchangeable); each
+    job at its best allowed depth. Scored by :func:`forecast_worst` and checked by
+    Problem.evaluate.
+
+    Returns:
+        The optimum and an allocation that reaches it.
+    """
+    capacity = len(problem.idle_nodes)
+    per_job = [sorted({n for n, _ in job_options(problem, job)}) for job in problem.jobs]
+    best: list = [-float("inf"), None]
+    for counts in itertools.product(*per_job):
+        if sum(counts) > capacity:
+            continue
+        kept = [keep_order(problem, job.nodes)[: min(n, len(job.nodes))]
+                for job, n in zip(problem.jobs, counts, strict=True)]  # fmt: skip
+        in_use = {node for names in kept for node in names}
+        free: dict[int, list[str]] = {}
+        for node in sorted(set(problem.idle_nodes) - in_use):
+            free.setdefault(problem.lives.node_class[node], []).append(node)
+        growing = [j for j, n in enumerate(counts) if n > len(kept[j])]
+        for names in _give(counts, growing, free, kept):
+            shares = []
+            for job, n, mine in zip(problem.jobs, counts, names, strict=True):
+                depths = [d for m, d in job_options(problem, job) if m == n]
+                d = max(depths, key=lambda d, job=job, mine=mine: forecast_worst(
+                    problem, job, mine, d)[0])  # fmt: skip
+                shares.append(forecast_share(problem, job, mine, d))
+            allocation = Allocation(status="optimal", objective=0.0, backend="brute",
+                                    solve_time_s=0, horizon_s=problem.horizon_s,
+                                    jobs=tuple(shares))  # fmt: skip
+            value = problem.evaluate(allocation)
+            if value > best[0]:
+                best = [value, allocation]
+    return best[0], best[1]
+
+
+def _give(counts, growing: list[int], pool: dict[int, list[str]], names: list[list[str]]):
+    """Every way to give ``growing[0]`` its new nodes from ``pool`` (nodes by class), by how
+    many of each class it takes, then the rest of ``growing`` recursively: yields each
+    job's node names."""
+    if not growing:
+        yield names
+        return
+    j, classes = growing[0], sorted(pool)
+    need = counts[j] - len(names[j])
+    for take in itertools.product(*(range(len(pool[k]) + 1) for k in classes)):
+        if sum(take) != need:
+            continue
+        mine = [node for k, t in zip(classes, take, strict=True) for node in pool[k][:t]]
+        rest = {k: pool[k][t:] for k, t in zip(classes, take, strict=True)}
+        yield from _give(counts, growing[1:], rest, [*names[:j], names[j] + mine, *names[j + 1 :]])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -65,6 +65,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, 
         events.append(
             {"event_id": "busy-n4", "node": "n4", "state": "busy", "at": _now(), "grace_s": 0}
         )
+        # n3's end is forecast: the scheduler wants it back in an hour
+        wanted = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        events[2] = events[2] | {"until": wanted}
         served.ok("scheduler", "POST", "/v1/nodes/events", json={"events": events})
         body = {"model": "tinycnn", "min_nodes": 1, "total_samples": 10**7}
         mine = served.ok("user", "POST", "/v1/jobs", json=body | {"max_nodes": 2})["job_id"]
@@ -185,6 +188,9 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
     for label in ("idle (nodes)", "busy (nodes)", "alive agents", f"{jobs['mine']} (nodes)"):
         assert label in legend
     assert "Nodes over time" in _texts(driver, "#view-nodes .u-title")
+    # The scheduler's forecast: n3 alone in the "wanted back" table
+    rows = _attributes(driver, "#nodes-wanted tr[data-node]", "data-node")
+    assert list(rows) == ["n3"], rows
     driver.save_screenshot(str(screenshots / "1-nodes.png"))
 
     # Jobs: both jobs, the user's job's bar (progress and Gantt lane), the preemption mark

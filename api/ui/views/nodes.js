@@ -1,10 +1,11 @@
 // Nodes view: idle, busy, allocated per job and alive agents over time (GET
-// /v1/nodes/history) with the reclaims marked, and the current allocation as a node grid
-// (GET /v1/nodes, every page). Admins (and the scheduler) only.
+// /v1/nodes/history) with the reclaims marked, the current allocation as a node grid
+// (GET /v1/nodes, every page), and the idle nodes the scheduler has said it wants back
+// (their `until`, "wanted back"). Admins (and the scheduler) only.
 
 import { get, getAll, sinceAgo } from "../api.js";
 import { Chart, chartBox, stepped } from "../charts.js";
-import { el, failure, fill, jobColor, panel } from "../fmt.js";
+import { el, failure, fill, jobColor, panel, table, time } from "../fmt.js";
 
 const LEGEND_NOTE =
   "Idle: nodes the scheduler lent (the jobs' included); busy: the scheduler's own; red points: nodes reclaimed from a job.";
@@ -20,9 +21,10 @@ export function mount(section) {
   const summary = panel("Now", "nodes-summary");
   const history = panel("Nodes over time", "nodes-history");
   const grid = panel("Current allocation", "nodes-grid");
+  const wanted = panel("Wanted back by the scheduler", "nodes-wanted");
   const box = chartBox("nodes-over-time");
   history.querySelector("h2").append(" ", select);
-  section.replaceChildren(summary, history, grid);
+  section.replaceChildren(summary, history, grid, wanted);
   const chart = new Chart(box, { title: "Nodes over time", yLabel: "nodes" });
   return {
     async refresh() {
@@ -33,9 +35,11 @@ export function mount(section) {
       if (now.status === "rejected") {
         fill(summary, failure(now.reason));
         fill(grid, failure(now.reason));
+        fill(wanted, failure(now.reason));
       } else {
         fill(summary, counts(now.value));
         fill(grid, nodeGrid(now.value));
+        fill(wanted, wantedBack(now.value));
       }
       if (past.status === "rejected") fill(history, failure(past.reason));
       else {
@@ -84,7 +88,7 @@ function nodeGrid(nodes) {
         class: `node ${kind}`,
         "data-node": node.name,
         style: node.holder ? `background:${jobColor(node.holder)}` : undefined,
-        title: `${node.name}: ${node.state} since ${new Date(node.since).toLocaleString()}; agent ${agent}${node.holder ? `; held by ${node.holder}` : ""}`,
+        title: `${node.name}: ${node.state} since ${new Date(node.since).toLocaleString()}${node.until ? `, wanted back ${new Date(node.until).toLocaleString()}` : ""}; agent ${agent}${node.holder ? `; held by ${node.holder}` : ""}`,
       },
       el("span", { class: "name", text: node.name }),
       el("span", { class: "holder", text: node.holder || kind }),
@@ -101,6 +105,22 @@ function nodeGrid(nodes) {
     ].map(([kind, text]) => el("span", {}, el("i", { class: `node ${kind} swatch` }), text)),
   );
   return [el("div", { class: "node-grid" }, cells), legend];
+}
+
+// The nodes with a forecast end (`until`), soonest first: the scheduler's plan for them.
+function wantedBack(nodes) {
+  const known = nodes.filter((n) => n.until).sort((a, b) => new Date(a.until) - new Date(b.until));
+  return table(
+    [
+      ["node", (n) => n.name],
+      ["state", (n) => n.state],
+      ["holder", (n) => n.holder || "—"],
+      ["idle since", (n) => time(n.since)],
+      ["wanted back", (n) => time(n.until)],
+    ],
+    known.map((n) => Object.assign({ __attrs: { "data-node": n.name } }, n)),
+    { class: "wanted-back" },
+  );
 }
 
 function draw(chart, history) {

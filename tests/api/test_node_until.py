@@ -1,0 +1,128 @@
+"""Node events' ``until`` (issue 23): when the scheduler expects to need an idle node back.
+
+Refused (422 naming ``until``) when not after ``at`` or on a ``busy`` event; kept per node
+from its newest applied event, so a later event revises it and one without it withdraws it;
+a superseded event or a retry changes nothing; a retry with another ``until`` is a conflict;
+``GET /v1/nodes`` shows it, and the control loop hands the optimizer the seconds left.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from api_helpers import Api
+from interstice.api import control
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _event(event_id: str, node: str, at_s: float, until_s: float | None, **fields: Any) -> dict:
+    """An idle event of ``node`` at ``T0 + at_s``, with ``until`` at ``T0 + until_s`` (None:
+    no ``until``)."""
+    event = {
+        "event_id": event_id,
+        "node": node,
+        "state": "idle",
+        "at": _iso(T0 + timedelta(0, at_s)),
+    }
+    if until_s is not None:
+        event["until"] = _iso(T0 + timedelta(seconds=until_s))
+    return event | fields
+
+
+def _post(api: Api, *events: dict):  # type: ignore[no-untyped-def]
+    return api.call("POST", "/v1/nodes/events", "scheduler", json={"events": list(events)})
+
+
+def _untils(api: Api) -> dict[str, str | None]:
+    return {n["name"]: n["until"] for n in api.nodes()}
+
+
+@pytest.mark.parametrize(
+    ("until_s", "fields"),
+    [(0, {}), (-60, {}), (600, {"state": "busy"})],
+    ids=["equal to at", "before at", "on a busy event"],
+)
+def test_an_until_that_is_no_forecast_is_422_naming_it(
+    api: Api, until_s: float, fields: dict
+) -> None:
+    r = _post(api, _event("e1", "n1", 0, until_s, **fields))
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "events", 0, "until"]
+    assert _untils(api) == {}
+
+
+def test_until_is_shown_revised_and_withdrawn(api: Api) -> None:
+    first = _post(api, _event("e1", "n1", 0, 600), _event("e2", "n2", 0, None))
+    assert first.status_code == 200, first.text
+    assert _untils(api) == {"n1": "2026-01-01T00:10:00Z", "n2": None}
+    revised = _post(api, _event("e3", "n1", 60, 900))
+    assert [d["applied"] for d in revised.json()["data"]] == [True]
+    assert _untils(api)["n1"] == "2026-01-01T00:15:00Z"
+    # older than the revision: recorded, changes nothing
+    late = _post(api, _event("e4", "n1", 30, 300)).json()["data"][0]
+    assert (late["applied"], late["reason"]) == (
+        False,
+        "superseded by a newer event at 2026-01-01T00:01:00Z",
+    )
+    # a retry of the first event answers its first record and changes nothing
+    assert _post(api, _event("e1", "n1", 0, 600)).json()["data"] == first.json()["data"][:1]
+    assert _untils(api)["n1"] == "2026-01-01T00:15:00Z"
+    withdrawn = _post(api, _event("e5", "n1", 120, None))
+    assert withdrawn.json()["data"][0]["applied"] is True
+    assert _untils(api)["n1"] is None
+    since = {n["name"]: n["since"] for n in api.nodes()}
+    assert since["n1"] == "2026-01-01T00:00:00Z"  # idle events for an idle node: still idle
+    # a busy event takes the node back and leaves no forecast
+    _post(api, _event("e6", "n2", 10, 700))
+    busy = {"event_id": "e7", "node": "n2", "state": "busy", "at": _iso(T0 + timedelta(0, 20))}
+    assert _post(api, busy).status_code == 200
+    assert {n["name"]: (n["state"], n["until"]) for n in api.nodes()}["n2"] == ("busy", None)
+
+
+def test_a_retry_with_another_until_is_a_conflict(api: Api) -> None:
+    assert _post(api, _event("e1", "n1", 0, 600)).status_code == 200
+    r = _post(api, _event("e1", "n1", 0, 900))
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"] == "event_id 'e1' was already used for a different event"
+    assert _untils(api)["n1"] == "2026-01-01T00:10:00Z"
+
+
+def test_the_seconds_left_reach_the_problem(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    for node in ("n1", "n2", "n3"):
+        api.register(node)
+    r = _post(
+        api,
+        _event("e1", "n1", -60, 600),  # 600 s left at T0
+        _event("e2", "n2", -120, -30),  # its end has passed: 0 s left, still idle
+        _event("e3", "n3", -60, None),  # unknown: not in the forecasts
+    )
+    assert r.status_code == 200, r.text
+    api.submit(min_nodes=1, max_nodes=3)
+    monkeypatch.setattr(control, "utcnow", lambda: T0)
+    built = control.build_problem(api.app.state.service)
+    assert built is not None
+    problem, _ = built
+    assert problem.idle_nodes == ("n1", "n2", "n3")
+    assert problem.idle_forecast_s == {"n1": 600.0, "n2": 0.0}
+
+
+def test_no_forecast_gives_none(api: Api) -> None:
+    api.register("n1")
+    assert _post(api, _event("e1", "n1", 0, None)).status_code == 200
+    api.submit(min_nodes=1, max_nodes=1)
+    built = control.build_problem(api.app.state.service)
+    assert built is not None
+    assert built[0].idle_forecast_s is None
+
+
+def test_idle_forecast_s_clips_a_past_end_at_zero() -> None:
+    untils = {"a": T0 + timedelta(seconds=90.5), "b": T0 - timedelta(seconds=5)}
+    assert control.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}

@@ -1,0 +1,149 @@
+"""Idle-hole forecasts through the replay (``--forecast``), on a hand-made trace whose every
+figure is worked out in comments.
+
+Trace: n1 and n2 idle for the whole 200 s window; n3 idle from 0 s and busy again at 25 s.
+Table: model ``m`` at 100 samples/s per node (1, 2, 4 nodes measured; 3 interpolate to 300).
+One job A (1..3 nodes, rescale_up_s 20, rescale_down_s 5, more samples than it can train)
+under the MILP (CP-SAT) at H = 300 s.
+
+- ``none``: at 0 s A starts on n1..n3 (3 nodes earn 300 x 280 = 84,000 over H, 2 nodes
+  56,000): paused to 20 s, 300/s on 20..25 = 1,500; n3 is reclaimed at 25 s, paused to 30 s,
+  200/s on 30..200 = 34,000. Goodput 35,500; dedicated 300 x 25 + 200 x 175 = 42,500.
+- ``exact``: at 0 s the optimizer is told n3 leaves in 25 s. On 3 nodes A would earn 1,500,
+  then 200/s on 30..300 = 54,000: 55,500, less than 56,000 on n1, n2 alone; so A starts on
+  n1, n2: 200/s on 20..200 = 36,000, no reclaim. Goodput 36,000; dedicated 200 x 200.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from interstice.optimizer import ScalabilityTable, solve
+from interstice.replay.forecast import ForecastSettings, HoleForecasts
+from interstice.replay.horizon import FixedHorizon
+from interstice.replay.jobs import JobSpec
+from interstice.replay.report import summarize
+from interstice.replay.simulator import replay
+from interstice.replay.trace import load_trace
+from replay_inputs import TINY_TABLE
+from typer.testing import CliRunner
+
+from interstice.cli import app
+
+TRACE = """timestamp,node,state
+2021-02-01T00:00:00,n1,idle
+2021-02-01T00:00:00,n2,idle
+2021-02-01T00:00:00,n3,idle
+2021-02-01T00:00:25,n3,busy
+"""
+JOB = JobSpec(job_id="A", model="m", submit_offset_s=0.0, min_nodes=1, max_nodes=3,
+              total_samples=1e9, rescale_up_s=20.0, rescale_down_s=5.0)  # fmt: skip
+
+
+@pytest.fixture
+def trace(tmp_path: Path):
+    path = tmp_path / "trace.csv"
+    path.write_text(TRACE)
+    return load_trace(path)
+
+
+def run(trace, settings: ForecastSettings):
+    holes = None
+    if settings.mode != "none":
+        holes = HoleForecasts(trace, 0.0, None, settings).remaining_s
+    table = ScalabilityTable.from_csv(TINY_TABLE)
+    result = replay(trace.window(0, 200), [JOB], table, lambda p: solve(p, "cpsat"),
+                    horizon=FixedHorizon(300), name="milp", forecast=holes)  # fmt: skip
+    return result, summarize(result)
+
+
+def test_an_exact_forecast_keeps_the_job_off_the_node_that_is_reclaimed(trace) -> None:
+    result, figures = run(trace, ForecastSettings("none"))
+    (a,) = result.jobs
+    assert a.goodput == pytest.approx(1500 + 34000)
+    assert a.dedicated_samples == pytest.approx(42500)
+    assert (a.preemptions, a.pause_loss) == (1, pytest.approx({"start": 6000, "reclaim": 1000}))
+
+    result, figures = run(trace, ForecastSettings("exact"))
+    (a,) = result.jobs
+    assert a.goodput == pytest.approx(36000)
+    assert a.dedicated_samples == pytest.approx(200 * 200)
+    assert (a.preemptions, a.pause_loss) == (0, pytest.approx({"start": 4000}))
+    assert figures["efficiency"] == pytest.approx(36000 / 40000)
+    assert figures["efficiency_loss"]["reclaim"] == 0
+
+
+def test_a_plan_that_knows_no_hole_replays_as_none(trace) -> None:
+    _, none = run(trace, ForecastSettings("none"))
+    _, unknown = run(trace, ForecastSettings("plan", coverage=0.0, error=1.0))
+    for key in ("goodput_samples", "dedicated_samples", "efficiency_loss", "rescales"):
+        assert unknown[key] == none[key]
+
+
+def test_hole_ends_exact_and_planned(trace) -> None:
+    idle = np.array([0, 1, 2])
+    exact = HoleForecasts(trace, 0.0, None, ForecastSettings("exact"))
+    # n1, n2 never go busy: their holes have no end to forecast; n3's ends at 25 s.
+    assert exact.remaining_s(0.0, idle) == {2: 25.0}
+    assert exact.remaining_s(10.0, idle) == {2: 15.0}
+    # A window from 10 s on (its clock starts there) and only n3 replayed (window id 0).
+    assert HoleForecasts(trace, 10.0, np.array([2]), ForecastSettings("exact")).remaining_s(
+        5.0, np.array([0])
+    ) == {0: 10.0}
+    # Reported late by a factor 1 + u F, u in [0, 1) drawn once per hole: the same factor at
+    # every time, so the forecast shrinks to the truth as the hole closes.
+    late = HoleForecasts(trace, 0.0, None, ForecastSettings("plan", coverage=1.0, error=2.0))
+    factor = late.remaining_s(0.0, idle)[2] / 25.0
+    assert 1.0 <= factor < 3.0 and factor != 1.0
+    assert late.remaining_s(20.0, idle)[2] == pytest.approx(5.0 * factor)
+    again = HoleForecasts(trace, 0.0, None, ForecastSettings("plan", coverage=1.0, error=2.0))
+    assert again.remaining_s(0.0, idle) == late.remaining_s(0.0, idle)  # seeded
+    unknown = HoleForecasts(trace, 0.0, None, ForecastSettings("plan", coverage=0.0))
+    assert unknown.remaining_s(0.0, idle) == {}
+
+
+def test_plan_coverage_and_error_on_the_real_trace(real_inputs) -> None:
+    """Over the real trace's holes the share known is about P and every known end is late by
+    a factor in [1, 1 + F); a subset of nodes gets the same draws as the whole trace."""
+    trace = real_inputs.trace
+    settings = ForecastSettings("plan", coverage=0.25, error=0.5, seed=3)
+    start_s = 3 * 86400.0
+    window = trace.window(start_s, start_s + 1)
+    idle = np.flatnonzero(window.initial_idle)
+    exact = HoleForecasts(trace, start_s, None, ForecastSettings("exact")).remaining_s(0.0, idle)
+    plan = HoleForecasts(trace, start_s, None, settings).remaining_s(0.0, idle)
+    assert set(plan) <= set(exact) and 0.2 < len(plan) / len(exact) < 0.3
+    factors = np.array([plan[i] / exact[i] for i in plan])
+    assert factors.min() >= 1.0 and factors.max() < 1.5 and factors.std() > 0.1
+    some = np.sort(np.random.default_rng(0).choice(len(trace.node_names), 500, replace=False))
+    subset = HoleForecasts(trace, start_s, some, settings).remaining_s(0.0, np.arange(500))
+    assert {int(some[i]): s for i, s in subset.items()} == {
+        i: s for i, s in plan.items() if i in set(some.tolist())
+    }
+
+
+def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
+    args = [item for option, path in tiny_files.items() for item in (option, str(path))]
+    runner = CliRunner()
+    for extra, recorded in (
+        ([], {"forecast": "none", "forecast_coverage": None, "forecast_error": None}),
+        (["--forecast", "exact"], {"forecast": "exact", "forecast_coverage": None}),
+        (
+            ["--forecast", "plan", "--forecast-coverage", "0.25", "--forecast-error", "1"],
+            {"forecast": "plan", "forecast_coverage": 0.25, "forecast_error": 1.0},
+        ),
+    ):
+        out = tmp_path / "-".join(extra or ["none"])
+        result = runner.invoke(app, ["replay", *args, "--no-baselines", "--out", str(out), *extra])
+        assert result.exit_code == 0, result.stderr
+        settings = json.loads((out / "report.json").read_text())["settings"]
+        assert {key: settings[key] for key in recorded} == recorded
+    for extra, message in (
+        (["--forecast", "oracle"], "--forecast must be one of none, exact, plan, got 'oracle'"),
+        (["--forecast-coverage", "1.5"], "--forecast-coverage must be within [0, 1], got 1.5"),
+        (["--forecast-error", "-1"], "--forecast-error must be a finite number >= 0, got -1.0"),
+    ):
+        result = runner.invoke(app, ["replay", *args, "--out", str(tmp_path), *extra])
+        assert result.exit_code == 2
+        assert result.stderr.count("\n") == 1 and message in result.stderr
