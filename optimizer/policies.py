@@ -129,10 +129,12 @@ def forecast_greedy_choice(options: Options, capacity: int) -> np.ndarray:
     (:meth:`Options.relaxed`: every node priced as if it stayed through the horizon), in
     the same order of gain per node, from every job at its zero option. Each step moves its
     job to the target count at the highest level that (2) and (3) still allow (the
-    longest-lived nodes left), and is refused, ending that job's growth, when none is
-    allowed or the option there is worth no more than the job's current one (a grow onto
-    nodes forecast to leave before it pays back). Then one pass in job order moves each
-    job to its best option that (2) and (3) allow. So the greedy sees the same forecasts
+    longest-lived nodes left), and is refused when none is allowed or the option there is
+    worth no more than the job's current one (a grow onto nodes forecast to leave before it
+    pays back): the job then moves to its best option allowed with at most the target's
+    count, if that is worth more (e.g. keeping its own held nodes where a step past them was
+    refused), and grows no further. Then one pass in job order moves each job to its best
+    option that (2) and (3) allow. So the greedy sees the same forecasts
     as the MILP, and spends the longest-lived nodes on the steps of largest gain first.
 
     Args:
@@ -156,10 +158,18 @@ def forecast_greedy_choice(options: Options, capacity: int) -> np.ndarray:
         now, target = chosen[j], relaxed.count[to[s]]
         same = start[j] + np.flatnonzero(count[start[j] : start[j + 1]] == target)
         fit = np.all(demand[same] - demand[now] <= slack, axis=1) & (target - count[now] <= left)
-        if not fit.any() or value[same[fit][-1]] <= value[now]:  # the highest level allowed
+        o = same[fit][-1] if fit.any() else now  # the highest level allowed
+        if value[o] <= value[now]:
+            # Refused: the job ends at its best option allowed up to the target count (its
+            # own held nodes, say, where a step past them was refused), and grows no further.
             blocked.add(j)
-            continue
-        o = same[fit][-1]
+            upto = start[j] + np.flatnonzero(count[start[j] : start[j + 1]] <= target)
+            fit = np.all(demand[upto] - demand[now] <= slack, axis=1) & (
+                count[upto] - count[now] <= left
+            )
+            o = upto[int(np.argmax(np.where(fit, value[upto], -np.inf)))]
+            if value[o] <= value[now]:
+                continue
         left -= int(count[o] - count[now])
         slack = slack - (demand[o] - demand[now])
         chosen[j] = o

@@ -91,3 +91,23 @@ def test_missing_file_and_bad_time_limit_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, [str(path), "--time-limit", "0"])
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: --time-limit must be > 0, got 0.0"
+
+
+# The same snapshot with n3 forecast to leave 3 s from now. b (exactly 2 nodes, 6 s to
+# start) on n3 would lose it while still paused and stop: 0; a on n3 trains 10 x 3 = 30, then
+# stops. So a=2 on n1, n2 (20 x 60 = 1,200) beats a=1 and b=2 with n3 in either (1,110 at
+# best).
+@pytest.mark.parametrize("backend", ["cbc", "cpsat"])
+def test_a_snapshot_with_forecasts_is_solved_with_them(tmp_path: Path, backend: str) -> None:
+    document = json.loads(PROBLEM.model_dump_json())
+    path = write(tmp_path, json.dumps({**document, "idle_forecast_s": {"n3": 3.0}}))
+    result = runner.invoke(app, [str(path), "--backend", backend])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["objective"] == pytest.approx(1200.0)
+    names = [(j["job_id"], j["node_names"]) for j in answer["jobs"]]
+    assert names == [("a", ["n1", "n2"]), ("b", [])]
+    path = write(tmp_path, json.dumps({**document, "idle_forecast_s": {"n9": 3.0}}))
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 2
+    assert "idle_forecast_s: node 'n9' is not idle" in result.stderr
