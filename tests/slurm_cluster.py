@@ -60,6 +60,32 @@ def interstice_bin() -> str:
     return found
 
 
+def create_tokens(
+    interstice: list[str], database: str, roles: Sequence[str], timeout_s: float
+) -> dict[str, str]:
+    """One token per role, made with ``interstice token create`` on ``database``.
+
+    Args:
+        interstice: the argv that runs ``interstice`` (the installed one, or from an image).
+        database: the service's database URL.
+        roles: the roles to make a token for.
+        timeout_s: bound on each ``token create``, seconds.
+
+    Returns:
+        The tokens by role.
+    """
+    return {
+        role: subprocess.run(
+            [*interstice, "token", "create", "--role", role, "--db", database],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        ).stdout.strip()
+        for role in roles
+    }
+
+
 def tail(path: Path, lines: int = 25) -> str:
     """The last ``lines`` lines of a log, or why it cannot be read."""
     try:

@@ -34,6 +34,7 @@ import pytest
 from slurm_cluster import (
     START_TIMEOUT_S,
     SlurmCluster,
+    create_tokens,
     free_port,
     interstice_bin,
     require_slurm,
@@ -101,16 +102,7 @@ def running_cluster(tmp_path: Path, nodes: Sequence[str]) -> Iterator[Cluster]:
     interstice = interstice_bin()
     (tmp_path / "log").mkdir()
     database = f"sqlite:///{tmp_path}/interstice.db"
-    tokens = {
-        role: subprocess.run(
-            [interstice, "token", "create", "--role", role, "--db", database],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout.strip()
-        for role in ("admin", "agent", "scheduler")
-    }
+    tokens = create_tokens([interstice], database, ("admin", "agent", "scheduler"), 60)
     port = free_port()
     server_url = f"http://127.0.0.1:{port}"
     service = start_process(

@@ -47,6 +47,7 @@ from exactly_once import coverage_problems, read_records
 from postgres_server import running_postgres
 from slurm_cluster import (
     SlurmCluster,
+    create_tokens,
     free_port,
     interstice_bin,
     kill_leftovers,
@@ -187,20 +188,6 @@ class Pilot:
         return _merged([point["world_size"] for point in series if point["world_size"]])
 
 
-def _tokens(image: ServiceImage, database: str) -> dict[str, str]:
-    """One token per role, made with ``interstice token create`` run from the image."""
-    return {
-        role: subprocess.run(
-            image.interstice_argv(["token", "create", "--role", role, "--db", database]),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout.strip()
-        for role in ("admin", "agent", "user")
-    }
-
-
 @pytest.fixture
 def pilot(tmp_path: Path) -> Iterator[Pilot]:
     """PostgreSQL, two replicas from the image, the 4-node Slurm cluster (``start_fill``
@@ -222,7 +209,9 @@ def pilot(tmp_path: Path) -> Iterator[Pilot]:
     leftovers: list[str] = []
     with running_postgres() as postgres:
         database = postgres.new_database()
-        tokens = _tokens(image, database)
+        # made from the image, as a centre would
+        interstice = image.interstice_argv([])
+        tokens = create_tokens(interstice, database, ("admin", "agent", "user"), 120)
         try:
             for name in ("replica-a", "replica-b"):
                 port = free_port()
