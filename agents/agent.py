@@ -19,6 +19,14 @@ A 404 from the service means it forgot this agent (a restart on a fresh database
 registers again (idempotent for the service). While the service is down every call is
 retried with backoff; the workers keep training meanwhile.
 
+Before it registers, the agent starts its spare launcher (torch imported ahead, see
+:mod:`interstice.agents.launcher`) and waits until it is warm, at most
+``AgentConfig.warm_before_register_s``: registering makes the node allocatable (with
+``--report-idle``, idle at once), and a node a placeholder has just filled is worth most in
+its first seconds, so its first start must not wait for torch's import (15-30 s on a loaded
+2-core machine; a rescale takes 2-3 s). A spare that exits during its warm-up (torch
+missing) ends the wait at once: the first start then fails with its error, as any launch.
+
 The preemption signal (SIGTERM by default, configurable; not SIGUSR1, which NCCL may use)
 makes the main thread stop the workers (they checkpoint and exit), kill what is left at
 ``grace_s - KILL_MARGIN_S``, leave the service (``DELETE /agents/{id}``: the node is
@@ -36,9 +44,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from interstice.agents import launcher, rundir
+from interstice.agents import outcome, rundir
 from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
+from interstice.agents.generation import Generation, workers_alive
+from interstice.agents.launch_config import NodeSettings
+from interstice.agents.launcher import Launcher
 from interstice.agents.protocol import BadCommand, Command, parse_command
+from interstice.agents.stopping import end_generation, kill
 
 from interstice import wire
 
@@ -72,6 +84,7 @@ class AgentConfig:
     poll_wait_s: float = 20.0
     join_timeout_s: float = 60.0
     checkpoint_every: int = 50
+    warm_before_register_s: float = 60.0  # longest wait for the spare launcher's warm-up
 
 
 class Agent:
@@ -85,15 +98,17 @@ class Agent:
     def __init__(self, config: AgentConfig, client: ServiceClient | None = None) -> None:
         self.config = config
         self.client = client or ServiceClient(config.server, config.token)
-        self.launcher = launcher.Launcher(
-            workdir=config.workdir,
-            node=config.node,
-            host=config.host,
-            ports=config.ports,
-            nproc_per_node=config.nproc_per_node,
-            join_timeout_s=config.join_timeout_s,
-            worker_args=["--checkpoint-every", str(config.checkpoint_every)],
-            secrets=[config.token],
+        self.launcher = Launcher(
+            NodeSettings(
+                workdir=config.workdir,
+                node=config.node,
+                host=config.host,
+                ports=config.ports,
+                nproc_per_node=config.nproc_per_node,
+                join_timeout_s=config.join_timeout_s,
+                worker_args=("--checkpoint-every", str(config.checkpoint_every)),
+                secrets=(config.token,),
+            )
         )
         self.shutdown = threading.Event()
         self._signalled_at: float | None = None
@@ -102,8 +117,8 @@ class Agent:
         self._beat_every(config.heartbeat_s or 5.0)
         self.beat_in_poll = False
         """Whether the service takes the heartbeat with the long-poll (protocol >= 3)."""
-        self.generation: launcher.Generation | None = None
-        self._pending_ack: launcher.Generation | None = None
+        self.generation: Generation | None = None
+        self._pending_ack: Generation | None = None
         self._spare_due: float | None = None  # monotonic time of the next spare's start
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self._seen: set[int] = set()
@@ -121,8 +136,7 @@ class Agent:
         """
         for signum in {self.config.preempt_signal, signal.SIGINT}:
             signal.signal(signum, self._on_signal)
-        self.launcher.warm()
-        self._register()
+        self.join_service()
         threads = [
             threading.Thread(target=loop, name=loop.__name__, daemon=True)
             for loop in (self._poll_loop, self._execute_loop, self._heartbeat_loop)
@@ -133,6 +147,23 @@ class Agent:
             pass
         self._leave((self._signalled_at or time.monotonic()) + self.config.grace_s)
         return 0
+
+    def join_service(self) -> None:
+        """Warm the spare launcher up, then register (see the module docstring): the node
+        becomes allocatable once a start would find torch imported, or after
+        ``warm_before_register_s`` whatever the spare does. Nothing is registered when the
+        shutdown comes first."""
+        self.launcher.warm()
+        started = time.monotonic()
+        warm = self.launcher.wait_ready(self.config.warm_before_register_s, self.shutdown.is_set)
+        if self.shutdown.is_set():
+            return
+        waited_s = time.monotonic() - started
+        if warm:
+            log.info("spare launcher warm in %.1f s: registering", waited_s)
+        else:
+            log.warning("spare launcher not warm after %.1f s: registering anyway", waited_s)
+        self._register()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signalled_at = time.monotonic()
@@ -288,11 +319,12 @@ class Agent:
                 return
             log.info("launched %s at world size %s", command.rendezvous_id, command.world_size)
 
-    def _end_generation(self, generation: launcher.Generation, kill_at: float) -> None:
-        """End ``generation`` (see :func:`launcher.end_generation`); ack it if pending."""
+    def _end_generation(self, generation: Generation, kill_at: float) -> None:
+        """End ``generation`` (:func:`interstice.agents.stopping.end_generation`); ack it if
+        pending."""
         in_executor = threading.current_thread() is not threading.main_thread()
         started = time.monotonic()
-        joined = launcher.end_generation(
+        joined = end_generation(
             generation,
             kill_at,
             # the main thread takes over, within the grace period
@@ -324,7 +356,7 @@ class Agent:
         generation = self._pending_ack
         if generation is None:
             return
-        ended = launcher.outcome(generation)
+        ended = outcome.judge(generation)
         waited_s = time.monotonic() - generation.started_at
         job_failed = False
         if ending:
@@ -333,10 +365,10 @@ class Agent:
             # Exited before we saw its workers: finished at once, or could not run.
             ok, error = ended.job_state == "finished", ended.error
             job_failed = ended.job_state == "failed"
-        elif launcher.workers_alive(generation):
+        elif workers_alive(generation):
             ok, error = True, None
         elif waited_s > self.config.join_timeout_s + 30:
-            launcher.kill(generation.process)
+            kill(generation.process)
             ok, error = (
                 False,
                 f"rendezvous {generation.rendezvous_id} not complete in {waited_s:.0f} s",
@@ -376,7 +408,7 @@ class Agent:
 
     def heartbeat_body(self) -> dict[str, Any]:
         """The heartbeat's body: what this node's workers last reported, and how their
-        generation ended (docs/agent-protocol.md, version 2)."""
+        generation ended (docs/reference/agent-protocol.md, version 2)."""
         generation = self.generation
         body: dict[str, Any] = {
             "job_id": generation.command.job_id if generation else None,
@@ -410,9 +442,9 @@ class Agent:
                 loss=_number(latest.get("loss")),
                 metrics=dict(list(numbers.items())[: wire.HEARTBEAT_METRICS_MAX]),
             )
-        ended = launcher.outcome(generation)
+        ended = outcome.judge(generation)
         if ended is None:
-            if launcher.workers_alive(generation):
+            if workers_alive(generation):
                 body["job_state"] = "running"
                 body["world_size"] = body["world_size"] or generation.command.world_size
         elif ended.job_state is not None and not self._superseded(generation.command):

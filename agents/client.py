@@ -1,4 +1,4 @@
-"""The node agent's client of the service's REST API (docs/agent-protocol.md), over httpx.
+"""The node agent's client of the service's REST API (docs/reference/agent-protocol.md), over httpx.
 
 Every call goes through :meth:`ServiceClient.call`, which retries (tenacity) a service that is
 down or answers 5xx with exponential backoff (0.2 s doubling to at most ``max_backoff_s``), so the

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from interstice.agents import launcher
+from interstice.agents.launcher import spare_ready
 
 from interstice import wire
 from interstice.ports import free_ports
@@ -40,6 +40,7 @@ class LocalAgent:
     workdir: Path
     process: subprocess.Popen
     ports: list[int]
+    started_at: float = 0.0  # time.time() when the process was started
 
 
 @dataclass
@@ -66,8 +67,14 @@ class LocalCluster:
     service: subprocess.Popen | None = None
     url: str = ""
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        """Create tokens, start the service, upload the table, start every agent."""
+    def start(self, timeout_s: float = 60.0, register_timeout_s: float = 120.0) -> None:
+        """Create tokens, start the service, upload the table, start every agent and wait
+        until the service shows each one registered.
+
+        An agent registers once its spare launcher is warm (torch imported: seconds, tens of
+        seconds on a loaded machine), each at its own pace: a test that made nodes idle and
+        submitted a job before would see it start on whichever node came first.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         db_url = f"sqlite:///{self.root / 'interstice.db'}"
         for role in ROLES:
@@ -92,6 +99,7 @@ class LocalCluster:
             )
         for node in self.nodes:
             self.start_agent(node)
+        self.wait_for(self.agents_registered, register_timeout_s, "every agent registered", 0.05)
 
     def _start_service(self, db_url: str, port: int, timeout_s: float) -> None:
         env = {
@@ -149,6 +157,7 @@ class LocalCluster:
         ports = free_ports(2)
         # The nodes share this machine's cores: one thread per worker, or they thrash.
         env = {**os.environ, wire.ENV_AGENT_TOKEN: self.tokens["agent"], "OMP_NUM_THREADS": "1"}
+        started_at = time.time()
         with (workdir / "agent.log").open("ab") as log:
             process = subprocess.Popen(
                 [
@@ -178,7 +187,7 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        self.agents[node] = LocalAgent(node, workdir, process, ports)
+        self.agents[node] = LocalAgent(node, workdir, process, ports, started_at)
         return self.agents[node]
 
     def request(self, role: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -222,11 +231,17 @@ class LocalCluster:
             time.sleep(period_s)
         raise TimeoutError(f"not within {timeout_s} s: {what}\n{self.diagnostics()}")
 
+    def agents_registered(self) -> bool:
+        """Whether the service shows every agent of this cluster registered and alive."""
+        agents = self.request("admin", "GET", "/v1/agents")["data"]
+        alive = {agent["node"] for agent in agents if agent["state"] == "alive"}
+        return alive >= set(self.agents)
+
     def spares_ready(self) -> bool:
         """Whether every agent's newest launcher is a ready, unused spare."""
         for agent in self.agents.values():
             logs = sorted((agent.workdir / "logs").glob("launcher-*.log"), key=_mtime)
-            if not logs or not launcher.spare_ready(logs[-1]):
+            if not logs or not spare_ready(logs[-1]):
                 return False
         return True
 

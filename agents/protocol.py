@@ -1,4 +1,5 @@
-"""The messages of the agent protocol (docs/agent-protocol.md, version 2) as the agent reads them.
+"""The messages of the agent protocol (docs/reference/agent-protocol.md, version 2) as the agent
+reads them.
 
 A command that does not parse, or that asks for something this node cannot do, is a bad
 command: the agent acknowledges it with ``ok: false`` and the error, and keeps running. When

@@ -43,7 +43,7 @@ def _settings(config: Path | None, **flags: Any) -> Any:
 
 def _database(settings: Any) -> Any:
     """The database, reachable and upgraded to the newest migration; exits when unreachable."""
-    from interstice.api import db
+    from interstice.api.store import db
     from sqlalchemy.exc import SQLAlchemyError
 
     database = db.Database(settings.db_url)
@@ -118,8 +118,8 @@ def token_create(
 ) -> None:
     """Create a bearer token of ROLE and print it once; the database keeps only its hash.
     Audited (actor: command line)."""
-    from interstice.api.schemas import TokenCreate
-    from interstice.api.tokens import create_token, parse_duration_s
+    from interstice.api.auth.tokens import create_token, parse_duration_s
+    from interstice.api.schemas.tokens import TokenCreate
     from pydantic import ValidationError
 
     from interstice.wire import TOKEN_ROLES
@@ -144,7 +144,7 @@ def token_create(
 def token_list(db: DbOption = None, config: ConfigOption = None) -> None:
     """One line per token, oldest first: id, name, role, created, expires, revoked (UTC).
     Never a secret: only hashes are stored."""
-    from interstice.api.tokens import list_tokens, public_id
+    from interstice.api.auth.tokens import list_tokens, public_id
 
     database = _database(_settings(config, db_url=db))
     for t in list_tokens(database):
@@ -164,7 +164,7 @@ def token_revoke(
 ) -> None:
     """Revoke a token: refused (401) at once by a service in this database, within 1 s by
     one that had it cached. Idempotent. Audited (actor: command line)."""
-    from interstice.api.tokens import revoke_token
+    from interstice.api.auth.tokens import revoke_token
 
     database = _database(_settings(config, db_url=db))
     try:

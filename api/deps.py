@@ -1,24 +1,21 @@
 """Dependencies of the routes: the service and bearer-token authentication per role.
 
 Every authenticated route declares its roles twice, and :func:`roles` keeps both in step:
-the dependency refuses other roles (401 without a token or with an unknown, expired or
-revoked one, 403 with a role the route does not accept; refusals of a known token are
-audited, see :mod:`interstice.api.tokens`), and the OpenAPI operation carries them as
-``x-roles``.
+the dependency (:func:`interstice.api.auth.bearer.require`) refuses other roles (401 without
+a token or with an unknown, expired or revoked one, 403 with a role the route does not
+accept; refusals of a known token are audited, see :mod:`interstice.api.auth.tokens`), and
+the OpenAPI operation carries them as ``x-roles``.
 """
 
 from typing import Annotated, Any
 
-import anyio
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from interstice.api.schemas import ErrorDetail, Role
+from interstice.api.auth.bearer import require
+from interstice.api.auth.tokens import Principal
+from interstice.api.schemas.common import ErrorDetail
+from interstice.api.schemas.tokens import Role
 from interstice.api.service import Service
-from interstice.api.tables import utcnow
-from interstice.api.tokens import Principal, public_id
-
-_bearer = HTTPBearer(auto_error=False, description="A token from `interstice token create`.")
 
 
 async def get_service(request: Request) -> Service:
@@ -28,56 +25,6 @@ async def get_service(request: Request) -> Service:
 
 
 ServiceDep = Annotated[Service, Depends(get_service)]
-
-
-def require(*accepted: Role) -> Any:
-    """A dependency returning the caller's :class:`Principal` when its role is ``accepted``.
-
-    Raises:
-        HTTPException: 401 (no or unknown token), 403 (role not accepted).
-    """
-
-    async def principal(
-        request: Request,
-        service: ServiceDep,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Principal:
-        if credentials is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "missing bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        token = credentials.credentials
-        record = await service.tokens.lookup(token)
-        if record is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "invalid bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        who = record.principal
-        refusal = record.refusal(utcnow())
-        if refusal is None and who.role not in accepted:
-            refusal = "role"
-        if refusal is not None:
-            await anyio.to_thread.run_sync(
-                service.tokens.refused, who, refusal, request.method, request.url.path
-            )
-        if refusal == "role":
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"role {who.role} may not call this endpoint (accepted: {', '.join(accepted)})",
-            )
-        if refusal is not None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                f"bearer token {public_id(who.token_id)} is {refusal}",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return who
-
-    return Depends(principal)
 
 
 def _query_names(dependant: Any) -> set[str]:

@@ -12,10 +12,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from interstice.api import db as database
 from interstice.api import limits
+from interstice.api.agent_fast_path import AgentFastPath
 from interstice.api.collector import freezing_every
-from interstice.api.control import ControlLoop, Solver, optimizer_solver
+from interstice.api.control.loop import ControlLoop, Solver, optimizer_solver
 from interstice.api.deps import known_query
 from interstice.api.metrics import Metrics, RequestLatency
 from interstice.api.routes import (
@@ -31,8 +31,9 @@ from interstice.api.routes import (
     ui,
 )
 from interstice.api.service import Service
+from interstice.api.services.state import Conflict, NotFound
 from interstice.api.settings import Settings
-from interstice.api.state import Conflict, NotFound
+from interstice.api.store import db as database
 from starlette.exceptions import HTTPException
 
 
@@ -81,6 +82,8 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
     for module in (nodes, jobs, agents, objective, solves, scalability, stats, health, tokens, ui):
         app.include_router(module.router)
     app.mount(ui.STATIC_PATH, ui.static_files(), name="ui-static")
+    if settings.agent_fast_path:  # innermost: limited and measured as the routes are
+        app.add_middleware(AgentFastPath, service=service)
     app.add_middleware(RequestLatency, metrics=metrics)
     app.add_middleware(limits.BodyLimit)
     default_openapi = app.openapi

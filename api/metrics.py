@@ -20,6 +20,11 @@ class Metrics:
         self.idle_nodes = Gauge(
             "interstice_idle_nodes", "Nodes the scheduler reports idle", registry=r
         )
+        self.busy_nodes = Gauge(
+            "interstice_busy_nodes",
+            "Nodes the scheduler has taken back (busy) since it last reported them idle",
+            registry=r,
+        )
         self.allocatable_nodes = Gauge(
             "interstice_allocatable_nodes", "Idle nodes with an alive agent", registry=r
         )

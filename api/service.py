@@ -1,12 +1,13 @@
 """The running service's shared parts: database, settings, metrics, long-poll wake-ups,
 token cache and agent leases, and what follows every write transaction.
 
-The resources' logic lives in one module each (:mod:`~interstice.api.nodes`,
-:mod:`~interstice.api.jobs`, :mod:`~interstice.api.agents`,
-:mod:`~interstice.api.objective`, :mod:`~interstice.api.scalability`,
-:mod:`~interstice.api.reports`, :mod:`~interstice.api.leases`); their functions take the
-:class:`Service`, run one transaction, then hand its :class:`~interstice.api.state.Changes`
-to :meth:`Service.after_commit`.
+The resources' logic lives in one module each of :mod:`interstice.api.services`
+(:mod:`~interstice.api.services.nodes`, :mod:`~interstice.api.services.jobs`,
+:mod:`~interstice.api.services.agents`, :mod:`~interstice.api.services.objective`,
+:mod:`~interstice.api.services.scalability`, :mod:`~interstice.api.services.reports`), the
+leases' in :mod:`~interstice.api.control.leases`; their functions take the :class:`Service`,
+run one transaction, then hand its :class:`~interstice.api.services.state.Changes` to
+:meth:`Service.after_commit`.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
-from interstice.api import history, leases
-from interstice.api.acks import AckBatcher
-from interstice.api.db import Database
+from interstice.api.auth.tokens import TokenCache, hash_token
+from interstice.api.control import leases
+from interstice.api.control.acks import AckBatcher
+from interstice.api.control.notify import Notifier
 from interstice.api.metrics import Metrics
-from interstice.api.notify import Notifier
+from interstice.api.services import history
+from interstice.api.services.state import Changes
 from interstice.api.settings import Settings
-from interstice.api.state import Changes
-from interstice.api.tables import Config, Token, utcnow
-from interstice.api.tokens import TokenCache, hash_token
-from interstice.api.tokens import create_token as create_token  # re-exported for callers
+from interstice.api.store.db import Database
+from interstice.api.store.tables import Config, Token, utcnow
 from interstice.optimizer import ScalabilityTable
 from sqlalchemy import select
 
@@ -51,7 +52,7 @@ class Service:
         where other requests may fill every thread: a reclaim never waits for a thread."""
         self.leader_since: float | None = time.monotonic()
         """``time.monotonic()`` when this process became leader (see
-        :mod:`interstice.api.leader`), None while it follows: only the leader's
+        :mod:`interstice.api.control.leader`), None while it follows: only the leader's
         :meth:`sweep` marks agents lost. One process (SQLite) leads from the start."""
         self.agent_counts = history.AgentCounts(utcnow())
         """Alive agents at each lease sweep (the database keeps no such history)."""

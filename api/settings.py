@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         bootstrap_admin_token: when set, this bearer token is stored as an ``admin`` token at
             start (for deployments that cannot run ``interstice token create`` first).
         log_level: uvicorn log level.
+        agent_fast_path: a quiet agent's poll, long-poll and heartbeat are answered without
+            FastAPI's routing and dependency solving (:mod:`interstice.api.agent_fast_path`,
+            same answers); false sends them through FastAPI as every other request.
     """
 
     model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
@@ -71,6 +74,7 @@ class Settings(BaseSettings):
     gc_freeze_interval_s: float = Field(default=1.0, ge=0)
     bootstrap_admin_token: SecretStr | None = None
     log_level: str = "info"
+    agent_fast_path: bool = True
 
     @field_validator("db_url")
     @classmethod

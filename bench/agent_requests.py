@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from interstice.api.db import Database, upgrade
+from interstice.api.auth.tokens import create_token
 from interstice.api.main import create_app
-from interstice.api.service import create_token
 from interstice.api.settings import Settings
+from interstice.api.store.db import Database, upgrade
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route

@@ -7,7 +7,13 @@ Two ways to drive 4 local nodes (``--stack``):
   the service on SQLite and 4 ``interstice agent`` subprocesses; node events (``idle``, or
   ``busy`` with a grace period: a reclaim) make the service rescale the job. The command's
   time is the rescale the service recorded (``job.rescales[-1].at``, when it wrote the
-  commands), so the time includes command delivery.
+  commands), so the time includes command delivery. Its first row, ``first_start``, is the
+  job's first start on freshly started agents, as on a node a Slurm placeholder just filled:
+  the agents are started, the bench waits until the service shows all of them registered
+  (``registered_s``: from the first agent's start), makes two nodes idle and submits the job;
+  ``first_step_s`` runs from the submission to the first step (``command_s``: from the
+  service's start command), with no wait for the spare launchers (``--repeats 0``: this row
+  only).
 - ``launcher``: no service; the agents' launchers (``interstice.agents.launcher``) driven
   directly, as each agent would on a command: end the old generation, launch the new one.
   The command's time is when the bench "sends" it. With ``--world-sizes 1,1`` this times a
@@ -22,7 +28,8 @@ world size, written after the command (launcher stack: after the old workers exi
 restart at the same size is told apart). One machine, one clock. Before each timed rescale
 the bench waits (at most ``--settle-s``) until each node's spare launcher (torch imported
 ahead) is ready: on a loaded 2-core machine the imports take 5-20 s, and a rescale that has
-to wait for them measures the import, not the rescale.
+to wait for them measures the import, not the rescale (the first start does not wait: how
+long it takes on fresh agents is what it measures).
 
 The service stack's rescales are the optimizer's decisions: it learns each job's rates from
 what the job reports, so a job that trained slower at 4 nodes than at 3 (four processes on a
@@ -31,7 +38,7 @@ instead of ``first_step_s`` and ends the sequence; ``--stack launcher`` has no o
 
 BFTrainer (Horovod on Summit) reports 18 s up and 12 s down; the goal here is <= 5 s.
 
-Usage: python bench/rescale.py [--stack service|launcher] [--repeats 2] [--settle-s 20]
+Usage: python bench/rescale.py [--stack service|launcher] [--repeats 2|0] [--settle-s 20]
        [--plan-timeout-s 60] [--world-sizes 2,4,3] [--script examples/train_digits.py]
        (JSON lines on stdout)
 """
@@ -47,9 +54,12 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from interstice.agents import launcher
+from interstice.agents.generation import Generation
+from interstice.agents.launch_config import NodeSettings
+from interstice.agents.launcher import Launcher
 from interstice.agents.local_cluster import LocalCluster, free_ports
 from interstice.agents.protocol import parse_command
+from interstice.agents.stopping import end_generation, kill
 
 from interstice import wire
 
@@ -101,7 +111,7 @@ def settle(ready, limit_s: float) -> None:
 def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
     """Rescales made by the service from node events (see the module docstring)."""
     cluster = LocalCluster(root, NODES, heartbeat_s=1.0, scalability_csv=SCALABILITY_CSV)
-    cluster.start()
+    cluster.start()  # returns once every agent registered
     try:
 
         def read_job() -> dict | None:
@@ -110,10 +120,10 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
             except httpx.HTTPStatusError:  # a busy SQLite may answer 500 now and then
                 return None
 
-        def measure(world_size: int) -> dict | None:
+        def measure(world_size: int, since: float | None = None) -> dict | None:
             # The service's plan reaching ``world_size`` (a batch of events may take two
-            # rescales): its last rescale is the command timed. None: the service did not
-            # plan it (see the module docstring).
+            # rescales): its last rescale is the command timed, or ``since`` when given.
+            # None: the service did not plan it (see the module docstring).
             try:
                 job = cluster.wait_for(
                     lambda: (j := read_job()) is not None and j["world_size"] == world_size and j,
@@ -123,15 +133,17 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
             except TimeoutError:
                 return None
             commanded = datetime.fromisoformat(job["rescales"][-1]["at"]).timestamp()
+            start = commanded if since is None else since
             seconds = cluster.wait_for(
-                lambda: first_step_s(Path(job["job_dir"]), commanded, world_size, commanded),
-                90,
+                lambda: first_step_s(Path(job["job_dir"]), start, world_size, start),
+                120,
                 f"first step at world size {world_size}",
             )
             return {
                 "from_world_size": len(job["rescales"][-1]["from_nodes"]),
                 "world_size": world_size,
                 "first_step_s": seconds,
+                **({} if since is None else {"command_s": round(seconds + start - commanded, 3)}),
             }
 
         def step(kind: str, state: str, nodes: list[str], world_size: int) -> bool:
@@ -150,12 +162,16 @@ def service_stack(root: Path, args: argparse.Namespace, emit) -> None:
             emit(kind, result)
             return True
 
+        # The first start on fresh agents: registered, then two idle nodes and the job.
+        agents_started = min(agent.started_at for agent in cluster.agents.values())
+        registered_s = round(time.time() - agents_started, 3)
         cluster.node_events("idle", NODES[:2])
+        submitted = time.time()
         job_id = cluster.request("user", "POST", "/v1/jobs", json=job_spec(args.script))["job_id"]
-        started = measure(2)
+        started = measure(2, since=submitted)
         if started is None:
             raise TimeoutError(f"the service did not start the job: {cluster.diagnostics()}")
-        emit("start", started)
+        emit("first_start", {"registered_s": registered_s, **started})
         sequence = [
             ("up", "idle", NODES[2:], 4),
             ("down", "busy", NODES[3:], 3),
@@ -176,10 +192,10 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
     world_sizes = [int(size) for size in args.world_sizes.split(",")]
     nodes = NODES[: max(world_sizes)]
     launchers = {
-        node: launcher.Launcher(root / node, node, "127.0.0.1", free_ports(2), 1, 60.0, [])
+        node: Launcher(NodeSettings(root / node, node, "127.0.0.1", free_ports(2)))
         for node in nodes
     }
-    running: dict[str, launcher.Generation] = {}
+    running: dict[str, Generation] = {}
     job_id = "j-bench"
     job_dir = wire.job_dir(root, job_id)
     job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # as the service does at submission
@@ -195,7 +211,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
         for generation, world_size in enumerate(world_sizes * args.repeats, start=1):
             settle(lambda: all(lch.spare_ready() for lch in launchers.values()), args.settle_s)
             members = nodes[:world_size]
-            endpoint = f"127.0.0.1:{launchers[members[0]].ports[generation % 2]}"
+            endpoint = f"127.0.0.1:{launchers[members[0]].settings.ports[generation % 2]}"
             commanded = time.time()
             ended: list[float] = [commanded]
 
@@ -210,7 +226,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 # One agent's part of a rescale: end the old generation, launch the new one.
                 old = running.pop(node, None)
                 if old is not None:
-                    launcher.end_generation(old, time.monotonic() + 30.0)
+                    end_generation(old, time.monotonic() + 30.0)
                     ended.append(time.time())
                 if node in members:
                     command = parse_command(
@@ -247,7 +263,7 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
                 launchers[node].warm()  # the next spare, as the agent does after its ack
     finally:
         for generation_ in running.values():
-            launcher.kill(generation_.process)
+            kill(generation_.process)
         for launcher_ in launchers.values():
             launcher_.close_spare()
 
@@ -255,7 +271,9 @@ def launcher_stack(root: Path, args: argparse.Namespace, emit) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--stack", choices=["service", "launcher"], default="service")
-    parser.add_argument("--repeats", type=int, default=1, help="times the sequence is run")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="times the sequence is run (0: the first start only)"
+    )
     parser.add_argument(
         "--settle-s", type=float, default=60.0, help="longest wait for the spares before a rescale"
     )

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from interstice.api.db import Database, upgrade
-from interstice.api.service import create_token
+from interstice.api.auth.tokens import create_token
+from interstice.api.store.db import Database, upgrade
 
 TABLE = "model,nodes,samples_per_s\n" + "".join(
     f"benchnet,{n},{100 * n**0.9:.1f}\n" for n in (1, 2, 4, 8, 16, 32)

@@ -10,6 +10,10 @@ requests). See ``examples/train_digits.py`` for a whole script.
 - :class:`State`: checkpoint/resume at any world size, agreed stop, periodic saves.
 - :func:`report`: progress for the agent and the job's ``metrics.jsonl``.
 - :func:`save_final`: the trained model in ``<job_dir>/final/model.pt``.
+
+Imports: torch, the standard library and the shared interstice.wire (the environment's names)
+and interstice.files (atomic writes), nothing else (tests/test_import_rules.py): a user's
+script needs no service, no agent and no web stack.
 """
 
 from interstice.elastic import env

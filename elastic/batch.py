@@ -140,6 +140,17 @@ def _split(batch: Any, sizes: list[int]) -> list[Any]:
     raise TypeError(f"cannot split a batch of type {type(batch).__name__} into micro-batches")
 
 
+def _check(batch: Any) -> None:
+    """Raise the TypeError :func:`_split` would raise, without splitting anything."""
+    if isinstance(batch, torch.Tensor):
+        return
+    if isinstance(batch, dict | list | tuple):
+        for value in batch.values() if isinstance(batch, dict) else batch:
+            _check(value)
+        return
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__} into micro-batches")
+
+
 def _batch_len(batch: Any) -> int:
     if isinstance(batch, torch.Tensor):
         return len(batch)
@@ -147,6 +158,12 @@ def _batch_len(batch: Any) -> int:
     if not values:
         raise TypeError("an empty batch structure has no samples")
     return _batch_len(values[0])
+
+
+def _ddp_world_size(model: DistributedDataParallel) -> int:
+    """The ranks a DDP model averages its gradients over (its process group's size)."""
+    group = getattr(model, "process_group", None)
+    return group.size() if group is not None else dist.get_world_size()
 
 
 def accumulate(
@@ -169,8 +186,10 @@ def accumulate(
         max_micro_batch_size: most samples per forward pass; None: the whole share at once.
 
     Yields:
-        ``(micro_batch, loss_scale)``: the micro-batch (same structure as ``batch``) and the
-        factor to multiply its loss sum by (``W / G`` with DDP, ``1 / G`` without).
+        ``(micro_batch, loss_scale)``: the micro-batch (same structure as ``batch``; the
+        batch itself when the share is one micro-batch) and the factor to multiply its loss
+        sum by (``W / G`` with DDP, ``W`` being the size of its process group; ``1 / G``
+        without). Nothing here reads a tensor's values or launches a kernel.
 
     Raises:
         TypeError: the batch is not a tensor or a tuple/list/dict of them.
@@ -188,10 +207,13 @@ def accumulate(
         >>> elastic.all_reduce_gradients(model)  # no DDP here: sum the ranks' gradients
     """
     sizes = micro_batch_sizes(_batch_len(batch), max_micro_batch_size)
-    parts = _split(batch, sizes)
+    if len(sizes) == 1:  # the whole share at once: the batch itself, no split views
+        _check(batch)
+        parts = [batch]
+    else:
+        parts = _split(batch, sizes)
     is_ddp = isinstance(model, DistributedDataParallel)
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
-    loss_scale = (world_size if is_ddp else 1) / global_batch_size
+    loss_scale = (_ddp_world_size(model) if is_ddp else 1) / global_batch_size
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         with contextlib.nullcontext() if last or not is_ddp else model.no_sync():

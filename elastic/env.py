@@ -7,7 +7,7 @@ sets, initialises ``torch.distributed`` and returns a :class:`Context`. Without 
 (``all_reduce``, ``barrier``, DDP) work unchanged when started as plain ``python script.py``.
 
 The ``INTERSTICE_*`` variables (names in :mod:`interstice.wire`) are set by the agent for a
-job (see ``docs/agent-protocol.md``);
+job (see ``docs/reference/agent-protocol.md``);
 under plain ``torchrun`` none need be set and scripts fall back to their flags.
 """
 

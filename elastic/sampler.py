@@ -44,8 +44,9 @@ class ElasticSampler(Sampler[list[int]]):
         seed: seeds the permutation of each epoch (epoch ``e`` uses ``seed + e``).
         shuffle: permute each epoch; False keeps the data set's order.
         drop_last: skip the incomplete batch at each epoch's end (see the module doc).
-        rank: this process's rank; None reads ``torch.distributed`` at each use (0 without).
-        world_size: None reads ``torch.distributed`` at each use (1 without a process group).
+        rank: this process's rank; None reads ``torch.distributed`` at each use, once per
+            pass for the pass (0 without).
+        world_size: None reads ``torch.distributed`` likewise (1 without a process group).
 
     Raises:
         ValueError: ``dataset_len`` or ``global_batch_size`` < 1, or ``drop_last`` with a
@@ -89,6 +90,7 @@ class ElasticSampler(Sampler[list[int]]):
         self.epoch = 0
         self.offset = 0
         self._permutations: dict[int, torch.Tensor] = {}
+        self._orders: dict[int, list[int]] = {}  # the same as lists (cheap slices per step)
 
     @property
     def rank(self) -> int:
@@ -125,6 +127,13 @@ class ElasticSampler(Sampler[list[int]]):
             self._permutations[epoch] = order_N
         return self._permutations[epoch]
 
+    def _order(self, epoch: int) -> list[int]:
+        """:meth:`permutation` as a list, the current and previous epochs' kept."""
+        if epoch not in self._orders:
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = self.permutation(epoch).tolist()
+        return self._orders[epoch]
+
     def _normalised(self, epoch: int, offset: int) -> tuple[int, int]:
         left = self.dataset_len - offset
         if left == 0 or (self.drop_last and left < self.global_batch_size):
@@ -147,11 +156,17 @@ class ElasticSampler(Sampler[list[int]]):
         last_epoch, _, stop = self._segments(epoch, offset)[-1]
         return self._normalised(last_epoch, stop)
 
-    def _rank_segments(self, epoch: int, offset: int) -> list[tuple[int, int, int]]:
+    def _share_range(self) -> tuple[int, int]:
+        """This rank's positions ``[first, last)`` within each step, at the current world."""
+        rank, sizes = self.rank, shares(self.global_batch_size, self.world_size)
+        first = sum(sizes[:rank])
+        return first, first + sizes[rank]
+
+    def _rank_segments(
+        self, epoch: int, offset: int, share: tuple[int, int] | None = None
+    ) -> list[tuple[int, int, int]]:
         """This rank's contiguous part of the step starting at (epoch, offset)."""
-        sizes = shares(self.global_batch_size, self.world_size)
-        first = sum(sizes[: self.rank])
-        last = first + sizes[self.rank]
+        first, last = share or self._share_range()
         mine, seen = [], 0
         for e, start, stop in self._segments(epoch, offset):
             lo, hi = max(start, start + first - seen), min(stop, start + last - seen)
@@ -164,7 +179,10 @@ class ElasticSampler(Sampler[list[int]]):
         return [(e, i) for e, start, stop in segments for i in self._indices([(e, start, stop)])]
 
     def _indices(self, segments: list[tuple[int, int, int]]) -> list[int]:
-        return [i for e, start, stop in segments for i in self.permutation(e)[start:stop].tolist()]
+        indices: list[int] = []
+        for e, start, stop in segments:
+            indices += self._order(e)[start:stop]
+        return indices
 
     def global_batch(self) -> list[tuple[int, int]]:
         """The next step's whole global batch as ``(epoch, dataset index)`` pairs.
@@ -206,9 +224,9 @@ class ElasticSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         """This rank's indices for each step from the position to the end of its epoch."""
         epoch, offset = self._normalised(self.epoch, self.offset)
-        first_epoch = epoch
+        first_epoch, share = epoch, self._share_range()  # one world per pass
         while epoch == first_epoch:
-            yield self._indices(self._rank_segments(epoch, offset))
+            yield self._indices(self._rank_segments(epoch, offset, share))
             epoch, offset = self._after_step(epoch, offset)
 
     def __len__(self) -> int:

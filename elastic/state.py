@@ -6,16 +6,30 @@ to leave the loop, and :meth:`State.save` at the end. A checkpoint holds the mod
 optimizer, the sampler's position, the scheduler, the step and sample counters and any
 ``**extra`` value, and resumes at any world size.
 
-Stop agreement: after each step the ranks all-reduce (SUM) one small vector holding each
-rank's wish to stop (the run dir's ``stop`` file exists, or SIGTERM/SIGINT arrived), rank 0's
-"a timed save is due", and each rank's loss sum; so every rank leaves the loop after the same
-step, and that one collective also yields the global mean loss. It runs in the background
-while the next step computes and is read one step later (no added wait, no GPU sync): a stop
-asked during step ``k`` ends every rank after step ``k + 1``. The sample budget is reached on
-every rank at the same step by construction.
+Stop agreement (the sync rule): every rank leaves the loop after the same step, and the loop
+never waits for the device at every step. The ranks exchange each rank's wish to stop (the
+run dir's ``stop`` file exists, or SIGTERM/SIGINT arrived), rank 0's "a timed save is due",
+rank 0's choice of ``k`` (below) and each rank's loss sum in one small all-reduce (SUM), but
+only at *sync steps*. A sync step's collective runs in the background (on CUDA: its copy to
+a pinned host buffer too, on a side stream) and is read at the next step: that read is the
+loop's only host synchronisation (an event a whole step old, so normally already complete).
+Sync steps are ``k`` steps apart; rank 0 picks ``k`` from the step time it measures between
+reads, as many steps as fit in :data:`SYNC_INTERVAL_S`, between 1 and
+:data:`MAX_SYNC_EVERY_STEPS`, and the ranks learn it from the collective itself, so they
+all agree on the next sync step. ``k`` is 1 until a step time is measured, and stays 1 while
+steps take :data:`SYNC_INTERVAL_S` or more.
+
+Hence a stop asked (stop file, signal) during step ``s`` is seen at the first sync step
+``b >= s`` and ends every rank after step ``b + 1``: after a step between ``s + 1`` and
+``s + k``, that is within one step plus about :data:`SYNC_INTERVAL_S` of steps, and never more
+than :data:`MAX_SYNC_EVERY_STEPS` steps after ``s``. A timed save (``save_every_s``) is
+agreed the same way. The sample budget is reached on every rank at the same step by
+construction. The step that stops reads its own loss at once (one more collective, the
+run's last).
 """
 
 import io
+import os
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +47,11 @@ from interstice.files import write_atomic
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
+SYNC_INTERVAL_S = 0.1  # seconds of steps between sync steps that rank 0 aims for
+MAX_SYNC_EVERY_STEPS = 16  # most steps from one sync step to the next (bounds the stop latency)
+
+# The sync collective's vector: stop votes by reason, timed-save votes, rank 0's k, loss sums.
+_SIGNAL, _STOP_FILE, _SAVE, _EVERY, _LOSS = range(5)
 
 _OWN = (
     "model",
@@ -47,6 +66,7 @@ _OWN = (
     "steps",
     "samples",
     "loss",
+    "loss_step",
     "stop_reason",
     "extra",
 )
@@ -95,6 +115,20 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return bool(sharded.shard_dims(unwrap(model)))
 
 
+class _Sync:
+    """One sync collective in flight: the step that started it and how to read it."""
+
+    __slots__ = ("step", "work", "vector", "has_loss", "event", "result")
+
+    def __init__(self, step: int, work: Any, vector: torch.Tensor, has_loss: bool) -> None:
+        self.step = step
+        self.work = work  # the all-reduce (None at world size 1)
+        self.vector = vector  # on the device; kept alive until read
+        self.has_loss = has_loss
+        self.event: Any = None  # CUDA: recorded after the copy to the pinned buffer
+        self.result = vector  # what the read turns into numbers (CUDA: the pinned buffer)
+
+
 class State:
     """The model, optimizer, sampler and counters of a job, saved and restored as one.
 
@@ -122,8 +156,11 @@ class State:
     Attributes:
         steps: optimizer steps the job has done (across all runs).
         samples: samples the job has trained (across all runs).
-        loss: the global mean loss per sample, when :meth:`step` gets loss sums: the
-            previous step's while running, the last step's once :meth:`should_stop` is True.
+        loss: the global mean loss per sample of step :attr:`loss_step`, when :meth:`step`
+            gets loss sums. It is read at sync steps (see the module doc): while running, the
+            loss of a step at most ``k`` (<= :data:`MAX_SYNC_EVERY_STEPS`) steps back; the
+            last step's once :meth:`should_stop` is True. None before the first read.
+        loss_step: the step whose loss :attr:`loss` is (None before the first read).
         stop_reason: why :meth:`should_stop` said yes, the same on every rank: ``"budget"``,
             ``"signal"`` (some rank got SIGTERM/SIGINT), ``"stop file"`` (some rank saw its
             run dir's ``stop`` file, and none a signal), or None.
@@ -188,14 +225,22 @@ class State:
         self.steps = 0
         self.samples = 0
         self.loss: float | None = None
+        self.loss_step: int | None = None
         self.stop_reason: str | None = None
         self.extra = dict(extra)
         self._device = ctx.device
+        self._rank, self._world_size = ctx.rank, ctx.world_size  # one process group per run
+        self._stop_file: tuple[Path | None, str] = (None, "")  # run dir, its stop file
         self._signals = StopSignals()
         if self.checkpoint_dir is not None:
             lock.hold(self.checkpoint_dir)  # waits for an earlier run's workers to exit
         self._decided_at_step: int | None = None
-        self._pending: tuple[Any, Any, torch.Tensor, bool] | None = None
+        self._pending: _Sync | None = None  # the sync collective in flight (at most one)
+        self._next_sync = 0  # the step at or after which the next sync collective starts
+        self._read_clock: tuple[float, int] | None = None  # rank 0: (time, step) of last read
+        self._step_s: float | None = None  # rank 0: measured seconds per step
+        self._host: torch.Tensor | None = None  # CUDA: the pinned buffer the result lands in
+        self._copy_stream: Any = None  # CUDA: the side stream that copies it there
         self._stop = False
         self._saved_at_step: int | None = None
         self._saved_at_s = time.monotonic()
@@ -228,80 +273,142 @@ class State:
     def _wants_stop(self) -> str | None:
         if self._signals.received:
             return "signal"
-        if self.run_dir is not None and wire.stop_path(self.run_dir).exists():
-            return "stop file"
-        return None
+        if self.run_dir is None:
+            return None
+        if self._stop_file[0] is not self.run_dir:
+            self._stop_file = (self.run_dir, str(wire.stop_path(self.run_dir)))
+        return "stop file" if os.path.exists(self._stop_file[1]) else None
+
+    def _proposal(self) -> int:
+        """Rank 0's ``k``: the steps of :data:`SYNC_INTERVAL_S`, clamped (1 while unknown)."""
+        if self._step_s is None:
+            return 1
+        steps = min(MAX_SYNC_EVERY_STEPS, SYNC_INTERVAL_S / max(self._step_s, 1e-9))
+        return max(1, int(steps))
+
+    def _vector(self, values: list[float], loss_sum: float | torch.Tensor | None) -> torch.Tensor:
+        """The collective's vector on the device, built without waiting for the device."""
+        if self._device.type == "cpu":
+            vector = torch.tensor([*values, 0.0], dtype=torch.float64)
+        else:  # fills and a device copy: no host-to-device copy, which would synchronise
+            vector = torch.zeros(len(values) + 1, dtype=torch.float64, device=self._device)
+            for index, value in enumerate(values):
+                if value:
+                    vector[index].fill_(value)
+        if isinstance(loss_sum, torch.Tensor):
+            loss = loss_sum.detach().reshape(())
+            if loss.device != vector.device and loss.device.type == "cpu":
+                vector[_LOSS].fill_(loss.item())  # a CPU tensor: no device to wait for
+            else:
+                vector[_LOSS].copy_(loss)
+        elif loss_sum is not None:
+            vector[_LOSS].fill_(float(loss_sum))
+        return vector
 
     def _issue(self, loss_sum: float | torch.Tensor | None) -> None:
-        """Start this step's collective (async): stop votes by reason, rank 0's timed save,
-        loss sums."""
+        """Start this step's sync collective (async): stop votes by reason, rank 0's timed
+        save and ``k``, loss sums."""
+        if self._pending is not None:
+            self._collect()
         wish = self._wants_stop()
+        rank_0 = self._rank == 0
         save_due = (
-            self.save_every_s is not None
-            and dist.get_rank() == 0
+            rank_0
+            and self.save_every_s is not None
             and time.monotonic() - self._saved_at_s >= self.save_every_s
         )
-        flags = torch.tensor(
-            [float(wish == "signal"), float(wish == "stop file"), float(save_due)],
-            dtype=torch.float64,
-        )
-        loss = torch.as_tensor(0.0 if loss_sum is None else loss_sum).detach()
-        vector = torch.cat([flags.to(self._device), loss.to(self._device, torch.float64).view(1)])
-        work = dist.all_reduce(vector, op=dist.ReduceOp.SUM, async_op=True)
-        event = None
-        if vector.is_cuda:  # read it later without waiting for the steps queued after it
-            work.wait()  # the stream waits, not the host
-            host = torch.empty(vector.numel(), dtype=torch.float64, pin_memory=True)
-            host.copy_(vector, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            work, vector = None, host
-        self._pending = (work, event, vector, loss_sum is not None)
+        values = [0.0] * _LOSS
+        values[_SIGNAL] = float(wish == "signal")
+        values[_STOP_FILE] = float(wish == "stop file")
+        values[_SAVE] = float(save_due)
+        values[_EVERY] = float(self._proposal()) if rank_0 else 0.0
+        vector = self._vector(values, loss_sum)
+        work = None
+        if self._world_size > 1:
+            work = dist.all_reduce(vector, op=dist.ReduceOp.SUM, async_op=True)
+        sync = _Sync(self.steps, work, vector, loss_sum is not None)
+        if vector.is_cuda:
+            self._copy_to_host(sync)
+        self._pending = sync
+
+    def _copy_to_host(self, sync: _Sync) -> None:
+        """Queue the result's copy into the pinned buffer on a side stream, and an event.
+
+        Neither the host nor the training stream waits for the collective: the side stream
+        does, and the read waits for the event.
+        """
+        device = self._device
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(device)
+            self._host = torch.empty(_LOSS + 1, dtype=torch.float64, pin_memory=True)
+        stream = self._copy_stream
+        stream.wait_stream(torch.cuda.current_stream(device))  # the vector's fills and copy
+        with torch.cuda.stream(stream):
+            if sync.work is not None:
+                sync.work.wait()  # makes this stream, not the host, wait for the all-reduce
+            self._host.copy_(sync.vector, non_blocking=True)
+            sync.event = torch.cuda.Event()
+            sync.event.record(stream)
+        sync.vector.record_stream(stream)
+        sync.result = self._host
 
     def _collect(self) -> None:
-        """Finish the collective in flight and apply what the ranks agreed."""
-        if self._pending is None:
+        """Finish the sync collective in flight and apply what the ranks agreed."""
+        sync, self._pending = self._pending, None
+        if sync is None:
             return
-        work, event, vector, has_loss = self._pending
-        self._pending = None
-        if work is not None:
-            work.wait()
-        if event is not None:
-            event.synchronize()
-        signal_votes, file_votes, save_votes, loss_total = vector.tolist()
-        if has_loss:
-            self.loss = loss_total / self.sampler.global_batch_size
-        if signal_votes + file_votes > 0 and not self._stop:  # one reason, agreed by all ranks
-            self._stop, self.stop_reason = True, "signal" if signal_votes > 0 else "stop file"
-        self._timed_save_due = save_votes > 0
-
-    def _decide(self) -> None:
-        if self.finished and not self._stop:
-            self._stop, self.stop_reason = True, "budget"
-        if self._stop:
-            self._collect()  # the last step's loss; nothing else matters any more
+        if sync.event is not None:
+            sync.event.synchronize()  # the one host synchronisation per sync step
+        elif sync.work is not None:
+            sync.work.wait()
+        values = sync.result.tolist()
+        if sync.has_loss:
+            self.loss = values[_LOSS] / self.sampler.global_batch_size
+            self.loss_step = sync.step
+        if values[_SIGNAL] + values[_STOP_FILE] > 0 and not self._stop:  # one reason, agreed
+            self._stop = True
+            self.stop_reason = "signal" if values[_SIGNAL] > 0 else "stop file"
+        self._timed_save_due = values[_SAVE] > 0
+        every = max(1, min(MAX_SYNC_EVERY_STEPS, round(values[_EVERY])))
+        self._next_sync = sync.step + every
+        if self._rank == 0:
+            now = time.monotonic()
+            if self._read_clock is not None and self.steps > self._read_clock[1]:
+                then, then_steps = self._read_clock
+                self._step_s = (now - then) / (self.steps - then_steps)
+            self._read_clock = (now, self.steps)
 
     def step(self, loss_sum: float | torch.Tensor | None = None) -> None:
         """Record one optimizer step: move the sampler, count, agree on stopping, maybe save.
 
         Call it once after each ``optimizer.step()`` (and ``scheduler.step()``), on every rank.
-        The step's collective runs in the background while the next step computes and is
-        read at the next call, so it adds no wait: a stop wish raised during step ``k`` stops
-        every rank after step ``k + 1`` (the sample budget: after the step that reaches it).
+        At a sync step (every ``k`` steps, see the module doc) it starts the collective that
+        agrees on stopping and reads the previous sync step's one (a step old, so normally
+        without waiting); at other steps it only counts. A stop wish raised during step ``s``
+        stops every rank after a step between ``s + 1`` and ``s + k`` (``k`` is 1 for steps
+        of :data:`SYNC_INTERVAL_S` or more; at most :data:`MAX_SYNC_EVERY_STEPS`); the
+        sample budget: after the step that reaches it.
 
         Args:
             loss_sum: this rank's sum of per-sample losses over its share of the step
-                (unscaled); the ranks' sums are added in the step's collective and
-                :attr:`loss` becomes their mean over the global batch (the previous step's
-                while running, the last step's once stopping). None: no loss.
+                (unscaled; a tensor on the device is not read, so the host does not wait for
+                it); at sync steps the ranks' sums are added in the collective and
+                :attr:`loss` becomes their mean over the global batch (see there). None: no
+                loss.
         """
         self.sampler.advance()
         self.steps += 1
         self.samples += self.sampler.global_batch_size
-        self._collect()
-        self._issue(loss_sum)
+        if self._pending is not None and self._pending.step < self.steps:
+            self._collect()
+        if self.finished and not self._stop:
+            self._stop, self.stop_reason = True, "budget"
+        if self._stop:  # the last step: its loss at once, the run's last collective
+            self._issue(loss_sum)
+            self._collect()
+        elif self.steps >= self._next_sync:
+            self._issue(loss_sum)
         self._decided_at_step = self.steps
-        self._decide()
         by_count = self.save_every_steps is not None and self.steps % self.save_every_steps == 0
         if by_count or self._timed_save_due:
             self._timed_save_due = False
@@ -311,15 +418,17 @@ class State:
         """Whether every rank leaves the loop now (the same answer on every rank).
 
         True when the sample budget is reached, or when some rank saw the run dir's
-        ``stop`` file or received SIGTERM/SIGINT (see :meth:`step` for when). Called before
-        the first step of a run it runs a collective itself, so a stop requested before the
-        run trained anything is agreed at once.
+        ``stop`` file or received SIGTERM/SIGINT (see :meth:`step` for when). Between steps
+        it reads a flag, without any collective. Called before the first step of a run it
+        runs a collective itself, so a stop requested before the run trained anything is
+        agreed at once.
         """
         if self._decided_at_step != self.steps:
             self._issue(None)
             self._collect()
+            if self.finished and not self._stop:
+                self._stop, self.stop_reason = True, "budget"
             self._decided_at_step = self.steps
-            self._decide()
         return self._stop
 
     def _payload(self, sharded_folder: str | None) -> dict[str, Any]:

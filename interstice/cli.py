@@ -5,6 +5,8 @@ Every subcommand lives beside the code it drives and imports its heavy dependenc
 service never import torch.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 import typer
 
 from interstice import client_cli, solve_cli
@@ -22,6 +24,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            installed = version("interstice")
+        except PackageNotFoundError:  # a checkout on sys.path, not installed
+            installed = "unknown (not installed)"
+        typer.echo(f"interstice {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print `interstice <version>` (the installed package's) and exit.",
+    ),
+) -> None:
+    pass
+
 
 app.command("solve")(solve_cli.solve)
 app.command("replay")(replay_cli.replay)

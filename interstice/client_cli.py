@@ -11,7 +11,7 @@ Exit codes: 0 success; 2 bad input (a bad flag, job file or config, or an HTTP 4
 one line with the service's detail); 1 the service is unreachable or answered 5xx, or
 ``wait`` saw the job fail or be cancelled; 124 ``wait`` timed out.
 
-A job file holds the fields of ``POST /v1/jobs`` (:class:`interstice.api.schemas.JobCreate`)
+A job file holds the fields of ``POST /v1/jobs`` (:class:`interstice.api.schemas.jobs.JobCreate`)
 as TOML keys; it is validated here first, so a bad or unknown key is one line naming it.
 """
 
@@ -267,7 +267,7 @@ def validate_job(document: dict[str, Any], source: str) -> None:
     Raises:
         typer.Exit: (code 2) one line naming the first bad or unknown key.
     """
-    from interstice.api.schemas import JobCreate
+    from interstice.api.schemas.jobs import JobCreate
 
     try:
         JobCreate.model_validate(document)

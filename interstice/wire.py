@@ -1,6 +1,6 @@
 """The facts the service and the node agents share: names, states, environment, files.
 
-Both sides of the agent protocol (docs/agent-protocol.md) and the workers they start read
+Both sides of the agent protocol (docs/reference/agent-protocol.md) and the workers they start read
 these constants and path functions from here, so no name is spelled twice. This module
 imports neither torch nor fastapi: the service, the agent process and plain scripts all
 import it.
@@ -51,7 +51,7 @@ ProgressState = Literal["running", "stopped", "finished"]
 
 DEFAULT_ENTRYPOINT = "interstice.agents.worker"  # the built-in worker's module
 
-PROTOCOL_VERSION = 3  # docs/agent-protocol.md; the service still answers version 2 agents
+PROTOCOL_VERSION = 3  # docs/reference/agent-protocol.md; the service still answers version 2 agents
 
 HEARTBEAT_METRICS_MAX = 32  # keys of a heartbeat's ``metrics``
 HEARTBEAT_ERROR_MAX_CHARS = 4000  # length of a heartbeat's ``error``

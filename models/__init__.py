@@ -8,6 +8,10 @@ Backpropagation (``spb``) or SplitBrain hybrid parallelism (``splitbrain``);
 The exports are loaded on first use (PEP 562), so that ``interstice.cli`` can import
 ``interstice.models.cli`` without importing torch (an optional extra, ``.[train]``).
 ``tinycnn`` needs torch alone; the ImageNet models need torchvision (``.[vision]``).
+
+Imports: torch, torchvision and the shared interstice.wire, interstice.errors and
+interstice.ports; never the web stack, a database or an HTTP client
+(tests/test_import_rules.py).
 """
 
 from typing import Any

@@ -19,7 +19,7 @@ that needs; the rest wait in order. The last job admitted is the one whose usabl
 take the sum to or over the idle count. Counting a job at its efficient size rather than its
 ``max_nodes`` admits enough jobs that no node has to go to a job past the knee of its
 curve: on the eight 48-hour Summit windows of ``bench/replay_windows.py`` it raised
-harvest (README, "Admission by capacity").
+harvest (docs/engine.md, "Admission by capacity").
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from interstice.optimizer.problem import ScalabilityTable
 
 ADMISSION_EFFICIENCY = 0.9
-"""Default ``min_efficiency`` of :func:`usable_nodes` (chosen by replay, README)."""
+"""Default ``min_efficiency`` of :func:`usable_nodes` (chosen by replay, docs/benchmarks.md)."""
 
 
 def usable_nodes(

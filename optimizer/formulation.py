@@ -90,7 +90,8 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         when that job's marginal samples/s is above beta times the finishing job's;
         (ii) a finishable job still takes more nodes, so it finishes sooner, whenever its
         rate grows with the count and a grow's rescale_up_s pays back. beta was chosen by
-        the 24 h replay (README): goodput in 1e10 samples at H = 60 / 300 s / auto, CP-SAT:
+        the 24 h replay (docs/benchmarks.md): goodput in 1e10 samples at H = 60 / 300 s /
+        auto, CP-SAT:
         beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
         0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
     (h) forecast schedule (with forecasts, K > 0): the samples j trains within the horizon,

@@ -387,7 +387,7 @@ class Weights(BaseModel):
     ``Weights(node_seconds=False)`` is plain throughput in samples.
 
     The default is node_seconds because it harvested more of the idle node time than raw
-    samples in the replayed 48-hour windows (README, "Objective default";
+    samples in the replayed 48-hour windows (docs/engine.md, "Objective default";
     ``bench/replay_windows.py --objective throughput`` against the default).
 
     Attributes:

@@ -5,4 +5,7 @@
 policy and two baselines (:mod:`.simulator`, with the horizon of :mod:`.horizon` and, with
 ``--forecast``, the idle-hole forecasts of :mod:`.forecast`), and writes ``report.json`` and
 ``report.png`` (:mod:`.report`).
+
+Imports: interstice.optimizer and the shared interstice.data and interstice.errors (the
+CLI's); never torch, the web stack, a database or an HTTP client (tests/test_import_rules.py).
 """

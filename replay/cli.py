@@ -48,7 +48,7 @@ def replay(
         help="Forecast horizon in seconds, or auto (expected remaining idle time). Keep it "
         "well above the jobs' rescale_up_s: a job never grows (or starts) on a horizon its "
         "rescale_up_s does not pay for. On four 48 h 192-node windows 300 s harvested "
-        "0.885-0.901 of the idle node time, 60 s 0.859-0.878 (README, 'Replay').",
+        "0.885-0.901 of the idle node time, 60 s 0.859-0.878 (docs/benchmarks.md, 'The horizon').",
     ),
     max_active_jobs: int | None = typer.Option(
         None,

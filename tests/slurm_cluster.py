@@ -34,8 +34,9 @@ from interstice.agents.slurm.hooks import processes_with_env
 from interstice.agents.slurm.scripts import ScavengerPartition, render_conf_fragment, slurm_dir
 
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
-START_TIMEOUT_S = 30.0
-"""Bound on each start-up wait (daemons, nodes idle)."""
+START_TIMEOUT_S = 90.0
+"""Bound on each start-up wait (daemons, nodes idle, an agent registered: it registers once
+its spare launcher has imported torch, 13-24 s on a loaded 2-core VM)."""
 
 
 def host_name() -> str:

@@ -50,6 +50,6 @@ def test_example_jobs_and_their_scripts_are_installed(wheel_files: set[str], job
 
 @pytest.mark.slow
 def test_the_service_migrations_and_dashboard_are_installed(wheel_files: set[str]) -> None:
-    assert "interstice/api/alembic.ini" in wheel_files
-    assert any(name.startswith("interstice/api/migrations/versions/") for name in wheel_files)
+    assert "interstice/api/store/alembic.ini" in wheel_files
+    assert any(name.startswith("interstice/api/store/migrations/versions/") for name in wheel_files)
     assert any(name.startswith("interstice/api/ui/") for name in wheel_files)

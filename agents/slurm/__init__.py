@@ -10,4 +10,7 @@
 
 The shell scripts (``prolog.sh``, ``epilog.sh``, ``hook.sh``) and templates
 (``placeholder.sbatch``, ``slurm.conf.fragment``) are package data of this package.
+
+Imports: interstice.agents (its client), the shared interstice.wire, interstice.errors and
+interstice.ports; never torch: the hooks run before any training (tests/test_import_rules.py).
 """

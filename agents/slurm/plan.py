@@ -6,7 +6,7 @@ nodes it will take (``SchedNodes``); advance reservations and maintenance window
 Each pass of ``interstice slurm fill --server ...`` (:func:`forecast_pass`) reads both,
 and for every node the service shows ``idle`` posts an ``idle`` node event carrying
 ``until`` (the node is idle already, so the event changes only its forecast; see
-:mod:`interstice.api.ingest`); a node whose forecast disappears (the pending job was
+:mod:`interstice.api.services.ingest`); a node whose forecast disappears (the pending job was
 cancelled or started elsewhere, the reservation deleted) gets an ``idle`` event without
 ``until`` (a withdrawal), but only where this process posted one. Nodes the service shows
 busy or does not know get nothing: an ``idle`` event would lend them.

@@ -1,13 +1,12 @@
-"""Node-agent routes (docs/agent-protocol.md): register, heartbeat, leave, commands, and
+"""Node-agent routes (docs/reference/agent-protocol.md): register, heartbeat, leave, commands, and
 the heartbeat carried by the long-poll (protocol version 3)."""
 
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Response, status
-from interstice.api import agents
 from interstice.api.deps import AdminToken, AgentToken, ServiceDep, roles
-from interstice.api.schemas import (
+from interstice.api.schemas.agents import (
     AgentCreate,
     AgentRegistered,
     AgentsPublic,
@@ -18,7 +17,8 @@ from interstice.api.schemas import (
     HeartbeatAnswer,
 )
 from interstice.api.service import Service
-from interstice.api.state import parse_id
+from interstice.api.services import agents
+from interstice.api.services.state import parse_id
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 NO_COMMANDS = CommandsPublic(data=[], count=0)
@@ -97,7 +97,7 @@ async def poll_commands(
         number = await anyio.to_thread.run_sync(
             agents.known_agent, service, agent_id, limiter=service.poll_reads
         )
-    return await _pending(service, number, wait)
+    return await pending_commands(service, number, wait)
 
 
 @router.post("/{agent_id}/poll", **roles("agent", errors=(400, 404)))
@@ -107,15 +107,15 @@ async def poll_with_heartbeat(
     """A heartbeat and a long-poll in one request (protocol version 3): the body is taken
     as ``POST .../heartbeat`` takes it, then the answer is that of ``GET .../commands``.
     404: unknown agent, register again. Roles: agent."""
-    return await _pending(service, await _beat(service, agent_id, body), wait)
+    return await pending_commands(service, await _beat(service, agent_id, body), wait)
 
 
-async def _pending(service: Service, number: int, wait_s: float) -> CommandsPublic:
+async def pending_commands(service: Service, number: int, wait_s: float) -> CommandsPublic:
     """The agent's pending commands: at once when there are some, else when one is written
     or after ``wait_s`` (capped by ``max_poll_wait_s``). A wait that ends unwoken answers
     none without reading again: every command written for the agent wakes it (a wake-up
     lost between replicas is made up by the next poll's first read). An agent known to have
-    none (:meth:`~interstice.api.notify.Notifier.known_clear`) is not read at first. At
+    none (:meth:`~interstice.api.control.notify.Notifier.known_clear`) is not read at first. At
     shutdown every wait ends at once and answers without reading (thousands of reads would
     outlast the graceful shutdown)."""
     notifier = service.notifier
@@ -145,5 +145,5 @@ async def ack_command(
     """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; with
     ``job_failed: true`` (a reason of the job itself) the job fails at once, otherwise a job
     whose commands failed ``max_command_failures`` times is ``failed``. Acks that arrive
-    together are written in one transaction (:mod:`interstice.api.acks`). Roles: agent."""
+    together are written in one transaction (:mod:`interstice.api.control.acks`). Roles: agent."""
     return await service.acks.ack(agents.Ack(agent_id, command_id, body))

@@ -2,9 +2,9 @@
 
 import anyio
 from fastapi import APIRouter, Request, Response, status
-from interstice.api import reports
 from interstice.api.deps import ServiceDep
-from interstice.api.schemas import ErrorDetail, Health
+from interstice.api.schemas.common import ErrorDetail, Health
+from interstice.api.services import reports
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 router = APIRouter(tags=["health"])

@@ -4,10 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.exceptions import RequestValidationError
-from interstice.api import jobs
 from interstice.api.deps import ServiceDep, UserToken, roles
-from interstice.api.idempotency import KEY_PATTERN, KeyReused
-from interstice.api.schemas import (
+from interstice.api.schemas.jobs import (
     JobCreate,
     JobLogPublic,
     JobMetricsPublic,
@@ -15,6 +13,8 @@ from interstice.api.schemas import (
     JobsPublic,
     JobState,
 )
+from interstice.api.services import jobs
+from interstice.api.services.idempotency import KEY_PATTERN, KeyReused
 from sqlalchemy.exc import IntegrityError
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

@@ -4,18 +4,17 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query
-from interstice.api import nodes, reports
 from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
-from interstice.api.schemas import (
-    NAME_PATTERN,
+from interstice.api.schemas.common import NAME_PATTERN, UTCTime
+from interstice.api.schemas.nodes import (
     NODES_PAGE_DEFAULT,
     NODES_PAGE_MAX,
     NodeEventsCreate,
     NodeEventsResult,
     NodeHistoryPublic,
     NodesPublic,
-    UTCTime,
 )
+from interstice.api.services import nodes, reports
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 

@@ -3,9 +3,9 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from interstice.api import objective, reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
-from interstice.api.schemas import AuditsPublic, ObjectivePublic, ObjectiveUpdate
+from interstice.api.schemas.objective import AuditsPublic, ObjectivePublic, ObjectiveUpdate
+from interstice.api.services import objective, reports
 
 router = APIRouter(prefix="/v1", tags=["objective"])
 

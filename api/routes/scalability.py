@@ -3,10 +3,11 @@
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
-from interstice.api import scalability
 from interstice.api.deps import AdminToken, ServiceDep, UserToken, roles
-from interstice.api.scalability import TABLE_MAX_MODELS
-from interstice.api.schemas import ScalabilityPublic, refuse_nul
+from interstice.api.schemas.common import refuse_nul
+from interstice.api.schemas.objective import ScalabilityPublic
+from interstice.api.services import scalability
+from interstice.api.services.scalability import TABLE_MAX_MODELS
 
 router = APIRouter(prefix="/v1/scalability", tags=["scalability"])
 
@@ -43,7 +44,7 @@ async def put_scalability(
     """Replace the table with a CSV body in the shared data's format (``model, nodes,
     samples_per_s``, optional ``spb_depth``, ``progress_per_sample``, ``derived``). 422
     names the bad line (an empty body, a table of no rows or of more than
-    :data:`~interstice.api.scalability.TABLE_MAX_MODELS` models, a NUL character included);
+    :data:`~interstice.api.services.scalability.TABLE_MAX_MODELS` models, a NUL character included);
     409 when an active job's model would be missing. Audited. Roles: admin."""
     try:
         text = (await request.body()).decode("utf-8")

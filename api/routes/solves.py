@@ -3,9 +3,9 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from interstice.api import reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
-from interstice.api.schemas import SolvesPublic
+from interstice.api.schemas.reports import SolvesPublic
+from interstice.api.services import reports
 
 router = APIRouter(prefix="/v1/solves", tags=["objective"])
 

@@ -3,9 +3,10 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from interstice.api import reports
 from interstice.api.deps import AdminToken, ServiceDep, roles
-from interstice.api.schemas import StatsPublic, UTCTime
+from interstice.api.schemas.common import UTCTime
+from interstice.api.schemas.reports import StatsPublic
+from interstice.api.services import reports
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 

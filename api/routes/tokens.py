@@ -4,10 +4,16 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Path, status
-from interstice.api import tokens
+from interstice.api.auth import tokens
 from interstice.api.deps import AdminToken, ServiceDep, roles
-from interstice.api.schemas import TOKEN_ID, TokenCreate, TokenCreated, TokenPublic, TokensPublic
-from interstice.api.state import NotFound
+from interstice.api.schemas.tokens import (
+    TOKEN_ID,
+    TokenCreate,
+    TokenCreated,
+    TokenPublic,
+    TokensPublic,
+)
+from interstice.api.services.state import NotFound
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
@@ -47,7 +53,7 @@ async def revoke_token(
     who: AdminToken,
 ) -> TokenPublic:
     """Revoke a token: it answers 401 from now on in this process, and within
-    :data:`interstice.api.tokens.CACHE_TTL_S` (1 s) in any other serving the same database.
+    :data:`interstice.api.auth.tokens.CACHE_TTL_S` (1 s) in any other serving the same database.
     Idempotent (a revoked token keeps its first ``revoked_at``). Audited. Roles: admin."""
     try:
         record = await anyio.to_thread.run_sync(tokens.revoke_token, service.db, token_id, who)

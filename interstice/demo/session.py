@@ -153,8 +153,8 @@ def create_tokens(cluster: LocalCluster) -> str:
     """Create ``cluster``'s database and a token per role in it, in this process (one
     ``interstice token create`` per role took a few seconds each on a loaded 2-core VM);
     the database URL."""
-    from interstice.api import db
-    from interstice.api.tokens import create_token
+    from interstice.api.auth.tokens import create_token
+    from interstice.api.store import db
 
     cluster.root.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{cluster.root / 'interstice.db'}"

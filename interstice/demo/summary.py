@@ -15,7 +15,7 @@ from rich.text import Text
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from interstice.api.tables import Agent, Command
+from interstice.api.store.tables import Agent, Command
 from interstice.client_cli import loss, samples
 from interstice.demo.scheduler import Reclaim
 

@@ -1,6 +1,6 @@
 """The agent's token does not reach code running under the agent's Unix account.
 
-User code runs as the agent's account (README, trust model), so removing the token from
+User code runs as the agent's account (docs/user-guide/trust-model.md), so removing the token from
 ``os.environ`` is not enough: ``/proc/<agent pid>/environ`` still holds the environment the
 agent was started with. The agent makes itself non-dumpable, after which a process of the
 same user may read that file only with CAP_SYS_PTRACE (Linux ``ptrace_may_access``).

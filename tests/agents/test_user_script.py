@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interstice.agents import launcher
 from interstice.agents.agent import Agent
-from interstice.agents.launcher import clean_environment
+from interstice.agents.generation import Generation
+from interstice.agents.launch_config import clean_environment
+from interstice.agents.launcher_process import EXIT_BAD_JOB, EXIT_LAUNCH_FAILED
+from interstice.agents.outcome import Outcome, judge
 from interstice.agents.protocol import parse_command
+from interstice.agents.stopping import end_generation
 from polling import wait_until
 from test_agent_commands import FakeService, make_agent
 
@@ -230,7 +233,7 @@ def ended_generation(agent: Agent, tmp_path: Path, code_dir: Path, exit_code: in
     process.wait()
     run_dir = wire.run_dir(agent.config.workdir, "j-1")
     run_dir.mkdir(parents=True, exist_ok=True)
-    generation = launcher.Generation(
+    generation = Generation(
         command=command,
         process=process,
         run_dir=run_dir,
@@ -284,9 +287,9 @@ def test_a_launcher_that_failed_for_the_node_fails_no_job(
     agents: MakeAgent, tmp_path: Path, code_dir: Path
 ) -> None:
     agent, _ = agents("n0")
-    ended_generation(agent, tmp_path, code_dir, exit_code=launcher.EXIT_LAUNCH_FAILED)
+    ended_generation(agent, tmp_path, code_dir, exit_code=EXIT_LAUNCH_FAILED)
     assert "job_state" not in agent.heartbeat_body()
-    generation = ended_generation(agent, tmp_path, code_dir, exit_code=launcher.EXIT_BAD_JOB)
+    generation = ended_generation(agent, tmp_path, code_dir, exit_code=EXIT_BAD_JOB)
     files.write_json_atomic(generation.result_path, {"error": "cannot start the workers: E2BIG"})
     beat = agent.heartbeat_body()
     assert beat["job_state"] == "failed" and "E2BIG" in beat["error"]
@@ -390,7 +393,7 @@ def test_a_rescale_delivers_sigterm_to_the_workers(
 
     assert (job_dir / "out" / "sigterm-0").exists()  # its handler ran: not killed outright
     assert old.process.poll() is not None
-    assert launcher.outcome(old) == launcher.Outcome(None)  # our stop: neither end nor failure
+    assert judge(old) == Outcome(None)  # our stop: neither end nor failure
     assert agent.generation is not old and agent.generation.rendezvous_id == "j-1-g2"
 
 
@@ -406,9 +409,9 @@ def test_a_stop_requested_twice_signals_each_worker_once(
     assert generation is not None
 
     # The executor's stop of a rescale, interrupted by the preemption signal...
-    assert launcher.end_generation(generation, time.monotonic() + 30, lambda: True) is None
+    assert end_generation(generation, time.monotonic() + 30, lambda: True) is None
     # ...which the main thread's leave takes over.
-    assert launcher.end_generation(generation, time.monotonic() + 30) is True
+    assert end_generation(generation, time.monotonic() + 30) is True
 
     assert (job_dir / "out" / "sigterm-0").read_text() == "SIGTERM\n"
     assert (job_dir / "out" / "checkpointed-0").exists()  # not killed by a second SIGTERM

@@ -2,7 +2,7 @@
 
 A ``command`` that runs this Python on a script or a module (``script.py ...``,
 ``[sys.executable, "-m", MODULE, ...]``) runs as a function in a process forked from the fork
-server, which imported torch and scikit-learn ahead (``launcher.run_python_main``); any
+server, which imported torch and scikit-learn ahead (``forked_main.run_python_main``); any
 other command is still executed as a program. Checked on real launchers against fake
 services: which commands take the fork path; a script at world size 2 sees its argv, cwd,
 ``sys.path[0]``, ``__name__ == "__main__"`` and the job's env without the agent's token,
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interstice.agents import launcher
+from interstice.agents.launch_config import python_main
 from polling import wait_until
 from test_user_script import AGENT_TOKEN, MakeAgent, acked, agents, user_command
 
@@ -91,7 +91,7 @@ def test_only_this_python_on_a_script_or_module_takes_the_fork_path(
     tmp_path: Path, argv: list[str], forked: bool
 ) -> None:
     (tmp_path / "python-link").symlink_to(sys.executable)
-    assert launcher.python_main(argv, tmp_path, str(tmp_path)) is forked
+    assert python_main(argv, tmp_path, str(tmp_path)) is forked
 
 
 MULTIPROCESSING_SCRIPT = """\
@@ -113,7 +113,8 @@ def test_a_forked_script_may_use_multiprocessing_and_exits_with_its_code(tmp_pat
     # run_python_main in a plain process (no torch): what the fork server's child runs.
     (tmp_path / "pool.py").write_text(MULTIPROCESSING_SCRIPT)
     argv = [sys.executable, "pool.py", "3"]
-    code = f"from interstice.agents import launcher; launcher.run_python_main({{}}, None, {argv!r})"
+    run = f"run_python_main({{}}, None, {argv!r})"
+    code = f"from interstice.agents.forked_main import run_python_main; {run}"
     ran = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=100
     )

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from interstice.api.services.state import parse_id
 from interstice.api.settings import Settings
-from interstice.api.state import parse_id
-from interstice.api.tables import Agent
+from interstice.api.store.tables import Agent
 from polling import wait_until
 from postgres_server import PostgresServer  # noqa: F401 (the tests import it from here)
 from sqlalchemy import select

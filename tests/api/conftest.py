@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from api_helpers import ROLES, SCALABILITY_CSV, Api
 from fastapi.testclient import TestClient
+from interstice.api.auth.tokens import create_token
 from interstice.api.main import create_app
-from interstice.api.service import create_token
 from interstice.api.settings import Settings
 from postgres_server import PostgresServer, running_postgres
 

@@ -1,15 +1,15 @@
 """Command acknowledgements that arrive together are written in one transaction, each with
-its own answer (api/acks.py)."""
+its own answer (api/control/acks.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from api_helpers import Api, start_job
-from interstice.api import acks
-from interstice.api.agents import Ack, ack_batch
-from interstice.api.schemas import CommandAck
-from interstice.api.state import NotFound
+from interstice.api.control import acks
+from interstice.api.schemas.agents import CommandAck
+from interstice.api.services.agents import Ack, ack_batch
+from interstice.api.services.state import NotFound
 
 
 def _count_batches(monkeypatch) -> list[int]:

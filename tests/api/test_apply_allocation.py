@@ -4,8 +4,8 @@ after the moves written before it in the same transaction."""
 from __future__ import annotations
 
 from api_helpers import Api
-from interstice.api.control import apply_allocation
-from interstice.api.tables import Command, Node
+from interstice.api.control.loop import apply_allocation
+from interstice.api.store.tables import Command, Node
 from interstice.optimizer import Allocation, JobAllocation
 from sqlalchemy import select
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from api_helpers import ROLES, Api
 from fastapi.testclient import TestClient
+from interstice.api.auth.tokens import create_token
 from interstice.api.main import create_app
-from interstice.api.service import create_token
 from interstice.api.settings import Settings
 
 OPEN = {("/healthz", "get"), ("/readyz", "get"), ("/metrics", "get")}

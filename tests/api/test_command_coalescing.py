@@ -5,8 +5,8 @@ job once, and a long-poll renews the agent's lease."""
 from __future__ import annotations
 
 from api_helpers import silence
-from interstice.api import leases
-from interstice.api.tables import Agent, Command
+from interstice.api.control import leases
+from interstice.api.store.tables import Agent, Command
 
 
 def _start_job_on(api, nodes: list[str]):  # type: ignore[no-untyped-def]

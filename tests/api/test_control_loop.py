@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from interstice.api.control import optimizer_solver
-from interstice.api.state import parse_id
+from interstice.api.control.loop import optimizer_solver
+from interstice.api.services.state import parse_id
 
 
 def _start_two_node_job(api):  # type: ignore[no-untyped-def]

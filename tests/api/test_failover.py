@@ -23,10 +23,10 @@ import httpx
 import pytest
 from api_helpers import ROLES, SCALABILITY_CSV, PostgresServer, free_port
 from interstice.agents.client import ServiceClient, ServiceUnavailable
-from interstice.api.db import Database
-from interstice.api.notify import PAYLOAD_MAX_BYTES, Notifier, PostgresRelay
-from interstice.api.service import create_token
-from interstice.api.tables import NodeEvent
+from interstice.api.auth.tokens import create_token
+from interstice.api.control.notify import PAYLOAD_MAX_BYTES, Notifier, PostgresRelay
+from interstice.api.store.db import Database
+from interstice.api.store.tables import NodeEvent
 from polling import wait_until
 from sqlalchemy import select
 from test_restart import Server

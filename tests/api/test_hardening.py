@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import Api, free_port, interstice_executable
-from interstice.api import idempotency, limits
+from interstice.api import limits
 from interstice.api.main import create_app
+from interstice.api.services import idempotency
 from interstice.api.settings import Settings
 
 SCHEMA = create_app(Settings(db_url="sqlite://")).openapi()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from api_helpers import Api, start_job
 from interstice.api import limits
-from interstice.api.scalability import TABLE_MAX_MODELS
-from interstice.api.schemas import NODES_PAGE_DEFAULT
+from interstice.api.schemas.nodes import NODES_PAGE_DEFAULT
+from interstice.api.services.scalability import TABLE_MAX_MODELS
 
 AT = "2026-01-01T00:00:00Z"
 

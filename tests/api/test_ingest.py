@@ -8,9 +8,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from api_helpers import Api, start_job
-from interstice.api import ingest
-from interstice.api.db import FairLock
-from interstice.api.tables import NodeEvent
+from interstice.api.services import ingest
+from interstice.api.store.db import FairLock
+from interstice.api.store.tables import NodeEvent
 from polling import wait_until
 from sqlalchemy import func, select
 

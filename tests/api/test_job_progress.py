@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from api_helpers import beat, start_job
-from interstice.api import state
+from interstice.api.services import state
 
 
 def test_heartbeats_show_progress_and_build_the_series(api) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from api_helpers import SCALABILITY_CSV, beat, start_job
-from interstice.api.control import build_problem, optimizer_job
-from interstice.api.tables import Job, JobRate
+from interstice.api.control.loop import build_problem, optimizer_job
+from interstice.api.store.tables import Job, JobRate
 from interstice.optimizer import ScalabilityTable
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import select

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from interstice.api import leases
-from interstice.api.tables import Agent
+from interstice.api.control import leases
+from interstice.api.store.tables import Agent
 
 
 def _detail(response):  # type: ignore[no-untyped-def]

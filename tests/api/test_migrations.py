@@ -7,8 +7,8 @@ nodes and stored events get no forecast (``until`` None), and the downgrade drop
 from __future__ import annotations
 
 from alembic import command
-from interstice.api import db as database
-from interstice.api.tables import Job, Node, NodeEvent, Rescale
+from interstice.api.store import db as database
+from interstice.api.store.tables import Job, Node, NodeEvent, Rescale
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.orm import Session
 

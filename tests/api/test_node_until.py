@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from api_helpers import Api
-from interstice.api import control
+from interstice.api.control import loop
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -106,8 +106,8 @@ def test_the_seconds_left_reach_the_problem(api: Api, monkeypatch: pytest.Monkey
     )
     assert r.status_code == 200, r.text
     api.submit(min_nodes=1, max_nodes=3)
-    monkeypatch.setattr(control, "utcnow", lambda: T0)
-    built = control.build_problem(api.app.state.service)
+    monkeypatch.setattr(loop, "utcnow", lambda: T0)
+    built = loop.build_problem(api.app.state.service)
     assert built is not None
     problem, _ = built
     assert problem.idle_nodes == ("n1", "n2", "n3")
@@ -118,11 +118,11 @@ def test_no_forecast_gives_none(api: Api) -> None:
     api.register("n1")
     assert _post(api, _event("e1", "n1", 0, None)).status_code == 200
     api.submit(min_nodes=1, max_nodes=1)
-    built = control.build_problem(api.app.state.service)
+    built = loop.build_problem(api.app.state.service)
     assert built is not None
     assert built[0].idle_forecast_s is None
 
 
 def test_idle_forecast_s_clips_a_past_end_at_zero() -> None:
     untils = {"a": T0 + timedelta(seconds=90.5), "b": T0 - timedelta(seconds=5)}
-    assert control.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}
+    assert loop.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}

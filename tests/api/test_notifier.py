@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from interstice.api.notify import Notifier
+from interstice.api.control.notify import Notifier
 
 
 def _bound() -> Notifier:

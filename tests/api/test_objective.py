@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 from api_helpers import SCALABILITY_CSV
-from interstice.api import state
-from interstice.api.control import build_problem, horizon_s
-from interstice.api.objective import stored as stored_objective
-from interstice.api.tables import Config, IdleInterval, Node, utcnow
+from interstice.api.control.loop import build_problem, horizon_s
+from interstice.api.services import state
+from interstice.api.services.objective import stored as stored_objective
+from interstice.api.store.tables import Config, IdleInterval, Node, utcnow
 from interstice.optimizer import Weights
 from sqlalchemy import func, select
 

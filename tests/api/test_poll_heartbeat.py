@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import anyio
 from api_helpers import Api, silence, start_job
-from interstice.api import leases
-from interstice.api.agents import commands as read_commands
-from interstice.api.tables import Agent
+from interstice.api.control import leases
+from interstice.api.services.agents import commands as read_commands
+from interstice.api.store.tables import Agent
 
 
 def _poll(api: Api, agent: str, body: dict, wait: float = 0) -> list[dict]:

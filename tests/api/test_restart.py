@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import ROLES, SCALABILITY_CSV, free_port, interstice_executable
-from interstice.api.db import Database
-from interstice.api.service import create_token
+from interstice.api.auth.tokens import create_token
+from interstice.api.store.db import Database
 
 INTERSTICE = interstice_executable()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from api_helpers import start_job
-from interstice.api.history import AgentCounts, node_history
-from interstice.api.tables import IdleInterval, Job, Node, NodeEvent, Rescale
+from interstice.api.services.history import AgentCounts, node_history
+from interstice.api.store.tables import IdleInterval, Job, Node, NodeEvent, Rescale
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from api_helpers import SCALABILITY_CSV
-from interstice.api.stats import compute_stats
-from interstice.api.tables import IdleInterval, Job, JobMetric, JobRate, Node, Rescale
+from interstice.api.services.stats import compute_stats
+from interstice.api.store.tables import IdleInterval, Job, JobMetric, JobRate, Node, Rescale
 from interstice.optimizer import ScalabilityTable
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

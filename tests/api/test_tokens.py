@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from api_helpers import Api, interstice_executable
-from interstice.api import tokens
-from interstice.api.db import Database, upgrade
-from interstice.api.tables import AuditEntry, Token, utcnow
+from interstice.api.auth import tokens
+from interstice.api.store.db import Database, upgrade
+from interstice.api.store.tables import AuditEntry, Token, utcnow
 
 
 def _audit(api: Api) -> list[dict]:

@@ -247,7 +247,7 @@ def pilot(tmp_path: Path) -> Iterator[Pilot]:
 
 # One rerun: in one run of four (the CI run of db73ac9, the VM loaded by other work), the
 # generation started after the grow-back never reported: its 4 workers started and printed
-# nothing for 240 s (README, Known limits). A second hang in a row fails the test.
+# nothing for 240 s (docs/known-limits.md). A second hang in a row fails the test.
 @pytest.mark.flaky(reruns=1)
 def test_pilot(pilot: Pilot, tmp_path: Path) -> None:
     # 1. The user's script, submitted before any node is idle; fill then starts placeholders.

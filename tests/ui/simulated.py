@@ -1,6 +1,7 @@
 """A running ``interstice serve`` (a real subprocess, SQLite in a folder) with tokens per
 role and simulated node agents over httpx: they acknowledge their commands and heartbeat
-the progress of the job their node runs, as the real agent does (docs/agent-protocol.md)."""
+the progress of the job their node runs, as the real agent does
+(docs/reference/agent-protocol.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from interstice.api import db as database
-from interstice.api.service import create_token
+from interstice.api.auth.tokens import create_token
+from interstice.api.store import db as database
 
 from interstice.ports import free_port
 

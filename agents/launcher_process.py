@@ -1,0 +1,166 @@
+"""The launcher process (``python -m interstice.agents.launcher_process``): runs one generation
+of a job on this node with torch elastic.
+
+It warms up first: imports torch and the models, and starts a multiprocessing fork server
+holding torch, the built-in worker and :data:`PRELOAD_MODULES`, so that workers start as its
+forks in milliseconds. A fork server, not plain ``fork``: it is a fresh single-threaded
+process that never touches CUDA, so its children may (a process that initialised CUDA cannot
+fork workers that use it). Then it prints :data:`SPARE_READY` (its log's first line: the
+agent's sign that it is warm) and blocks on its stdin for one JSON line, the generation's
+config (:func:`interstice.agents.launch_config.generation_config`); an empty stdin (the agent
+closed its spare) ends it with 0.
+
+The generation runs under torch's :func:`torch.distributed.launcher.api.elastic_launch` (the
+launcher API behind ``torchrun``): a c10d rendezvous at the commanded endpoint with
+``min_nodes = max_nodes = world_size``, no restarts, then ``nproc_per_node`` workers. Its end
+is told to the agent by its exit code (0: every worker exited 0; else one of ``EXIT_*``) and a
+result file (``{"exit_code", "rank", "error"}``) that
+:func:`interstice.agents.outcome.judge` reads.
+"""
+
+import errno
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from interstice.agents import forked_main, rank_logs
+
+from interstice import files, wire
+
+WORKER_MODULE = wire.DEFAULT_ENTRYPOINT
+# Imported by the fork server besides the worker, for users' scripts: the heavy modules of
+# the `train` extra (scikit-learn's datasets and model selection import SciPy: 7 s on a loaded
+# 2-core machine, which a script forked from the server no longer pays). One not installed
+# is skipped (multiprocessing's preload ignores an ImportError).
+PRELOAD_MODULES = (
+    forked_main.__name__,
+    WORKER_MODULE,
+    "numpy",
+    "sklearn.datasets",
+    "sklearn.model_selection",
+)
+SPARE_READY = "interstice: spare launcher ready"  # the first line of a launcher's log
+
+# Exit codes of a launcher process (besides 0: every worker exited 0).
+EXIT_WORKERS_FAILED = 3  # a worker exited non-zero: the job's fault
+EXIT_BAD_JOB = 4  # the job cannot start here or anywhere (exec failed, unknown model)
+EXIT_LAUNCH_FAILED = 5  # the rendezvous or the launcher failed: the node's fault
+LAUNCHER_EXITS = frozenset({EXIT_WORKERS_FAILED, EXIT_BAD_JOB, EXIT_LAUNCH_FAILED})
+"""The launcher's own exit codes: it ran (any other non-zero code: it could not start)."""
+
+# errno of an exec that fails for a reason of the command itself.
+EXEC_ERRNOS = frozenset({errno.E2BIG, errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
+
+
+def _visible_cuda_devices() -> int:
+    """Workers for ``nproc_per_node: auto``: one per visible CUDA device, else 1."""
+    import torch
+
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+
+
+def _recorded_message(data: dict[str, Any]) -> str | None:
+    """The exception's message in a worker's error file (torch's ``@record``), which torch
+    hands over as ``{"message": str, "extraInfo": ...}`` or nested once more in ``message``
+    (None when there is none)."""
+    message: Any = data
+    while isinstance(message, dict):
+        message = message.get("message")
+    return message if isinstance(message, str) and message else None
+
+
+def run_generation(config: dict[str, Any]) -> int:
+    """Run one generation with torch's launcher API; the exit code of the launcher."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    def finish(code: int, **result: Any) -> int:
+        files.write_json_atomic(config["result_path"], {"exit_code": code, **result})
+        if "error" in result:
+            print(f"interstice: {result['error']}", file=sys.stderr, flush=True)
+        return code
+
+    if config["model"] is not None:
+        from interstice.models import MODEL_NAMES
+
+        if config["model"] not in MODEL_NAMES:
+            known = ", ".join(MODEL_NAMES)
+            return finish(EXIT_BAD_JOB, error=f"unknown model {config['model']!r}: known {known}")
+    nproc_per_node = config["nproc_per_node"]
+    if nproc_per_node == "auto":
+        nproc_per_node = _visible_cuda_devices()
+    os.environ.update(config["env"])  # binary workers inherit it
+    if config["cwd"] is not None:
+        os.chdir(config["cwd"])
+    launch_config = LaunchConfig(
+        min_nodes=config["world_size"],
+        max_nodes=config["world_size"],
+        nproc_per_node=nproc_per_node,
+        run_id=config["rendezvous_id"],
+        role=wire.WORKER_ROLE,
+        rdzv_endpoint=config["rendezvous_endpoint"],
+        rdzv_backend="c10d",
+        rdzv_configs={
+            "is_host": config["is_host"],
+            "join_timeout": int(config["join_timeout_s"]),
+            "read_timeout": int(config["join_timeout_s"]),
+        },
+        max_restarts=0,  # a failed generation is the service's to replan, not ours to retry
+        monitor_interval=0.05,
+        start_method="forkserver",
+        local_addr=config["local_addr"],
+        logs_specs=rank_logs.rank_logs_specs(config["job_dir"], config["rendezvous_id"]),
+    )
+    if config["argv"] is None:
+        launch = elastic_launch(launch_config, forked_main.run_builtin_worker)
+        args: tuple[Any, ...] = (config["env"], config["cwd"], config["builtin_args"])
+    elif config["python_main"]:
+        launch = elastic_launch(launch_config, forked_main.run_python_main)
+        args = (config["env"], config["cwd"], config["argv"])
+    else:
+        launch = elastic_launch(launch_config, rank_logs.MERGE_STDERR[0])
+        args = (*rank_logs.MERGE_STDERR[1:], *config["argv"])
+    try:
+        launch(*args)
+    except ChildFailedError as error:
+        rank, failure = error.get_first_failure()
+        reason = f"rank {rank} exited with code {failure.exitcode}"
+        if failure.signal_name() != "<N/A>":
+            reason = f"rank {rank} was killed by {failure.signal_name()}"
+        if isinstance(failure.message, dict):  # from the error file of @record
+            message = _recorded_message(failure.message)
+            reason += f": {message}" if message else ""
+        return finish(EXIT_WORKERS_FAILED, rank=rank, error=reason)
+    except OSError as error:
+        if error.errno in EXEC_ERRNOS and error.filename is not None:
+            return finish(EXIT_BAD_JOB, error=f"cannot start the workers: {error}")
+        return finish(EXIT_LAUNCH_FAILED, error=f"launch failed: {type(error).__name__}: {error}")
+    except Exception as error:  # the rendezvous failed (timeout, unreachable store, ...)
+        return finish(EXIT_LAUNCH_FAILED, error=f"launch failed: {type(error).__name__}: {error}")
+    return finish(0)
+
+
+def main() -> int:
+    """Warm up (see the module docstring), wait for one config line, run it."""
+    import multiprocessing.forkserver
+
+    import torch.distributed.launcher.api  # noqa: F401  (import now, before the config)
+    from interstice.models import MODEL_NAMES  # noqa: F401  (torchvision: seconds)
+
+    multiprocessing.set_forkserver_preload(list(PRELOAD_MODULES))
+    multiprocessing.forkserver.ensure_running()
+    # A no-op child returns only once the fork server finished its imports.
+    probe = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+    probe.start()
+    probe.join()
+    print(SPARE_READY, flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the agent closed its spare without using it
+    return run_generation(json.loads(line))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""How a generation ended, judged from torch elastic, never from a file the workers write:
+its launcher's exit code and the result file the launcher writes
+(:mod:`interstice.agents.launcher_process`), with the failing rank's last log lines.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from interstice.agents import rundir
+from interstice.agents.generation import Generation
+from interstice.agents.launcher_process import (
+    EXIT_BAD_JOB,
+    EXIT_WORKERS_FAILED,
+    LAUNCHER_EXITS,
+)
+
+from interstice import wire
+
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a generation ended, judged from its launcher's exit code.
+
+    Attributes:
+        job_state: ``finished`` (every worker exited 0, no stop requested), ``failed``
+            (a worker exited non-zero, the job could not start, or the launcher itself could
+            not: it exited with an error before its own report, e.g. torch missing under
+            the agent's Python), or None (a stop we requested, or a failed rendezvous: the
+            node's fault, or a peer's preemption; the job goes on elsewhere).
+        error: why, for ``failed`` or a node-side failure; None otherwise.
+    """
+
+    job_state: wire.HeartbeatJobState | None
+    error: str | None = None
+
+
+def judge(generation: Generation) -> Outcome | None:
+    """How ``generation`` ended, or None while its launcher runs.
+
+    Args:
+        generation: a generation.
+
+    Returns:
+        See :class:`Outcome`. A generation whose stop we requested ended by our doing.
+    """
+    returncode = generation.process.poll()
+    if returncode is None:
+        return None
+    if generation.stop_requested:
+        return Outcome(None)
+    result = rundir.read_json(generation.result_path) or {}
+    if returncode == 0:
+        return Outcome("finished")
+    if returncode == EXIT_WORKERS_FAILED and "rank" in result:
+        rank = int(result["rank"])
+        tail = log_tail(wire.rank_log_path(generation.job_dir, generation.rendezvous_id, rank))
+        reason = str(result.get("error") or f"rank {rank} failed")
+        return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
+    if returncode == EXIT_BAD_JOB:
+        return Outcome("failed", _clip(str(result.get("error") or generation.log_tail())))
+    if returncode not in LAUNCHER_EXITS and returncode > 0 and not result:
+        # It exited with an error of no code of its own, before it could say why (every end
+        # it knows writes the result): it could not start at all, e.g. torch missing under
+        # this Python. No node of the job would do better, and nothing would replan it.
+        tail = log_tail(generation.log_path)
+        return Outcome(
+            "failed", _clip(f"launch failed (exit {returncode}); last lines of its log:\n{tail}")
+        )
+    return Outcome(None, f"launch failed (exit {returncode}): {generation.log_tail()}")
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file ('' when it cannot be read)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - 16384))
+            text = stream.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _clip(text: str) -> str:
+    """``text`` within the heartbeat's error limit, keeping its head and its end."""
+    limit = wire.HEARTBEAT_ERROR_MAX_CHARS
+    if len(text) <= limit:
+        return text
+    return text[: limit // 4] + "\n…\n" + text[-(limit - limit // 4 - 3) :]

@@ -1,0 +1,475 @@
+"""The control loop: coalesce events, solve off the event loop, apply in one transaction.
+
+Events that change the problem call :meth:`ControlLoop.mark_stale` (from any thread). The
+loop waits for staleness, sleeps ``debounce_s`` so close events coalesce into one solve,
+snapshots the problem (:func:`build_problem`), runs the solver in a dedicated worker thread
+with the objective's time limit, then writes the allocation and the commands it implies in
+one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
+issue their commands at once (:func:`interstice.api.services.state.release_nodes`), even
+while a solve runs. A second task sweeps agent leases. With several replicas on one
+PostgreSQL database only the leader solves (see :class:`ControlLoop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+from interstice.api.control import leases
+from interstice.api.control.leader import AlwaysLeader, PostgresLeadership
+from interstice.api.control.notify import PostgresRelay
+from interstice.api.schemas.objective import ObjectivePublic
+from interstice.api.service import Service
+from interstice.api.services import state
+from interstice.api.services.objective import stored as stored_objective
+from interstice.api.services.scalability import stored as stored_table
+from interstice.api.services.state import ACTIVE_JOB_STATES, Changes, parse_id
+from interstice.api.store.tables import (
+    AllocationRecord,
+    IdleInterval,
+    Job,
+    JobRate,
+    Rescale,
+    utcnow,
+)
+from interstice.optimizer import (
+    Allocation,
+    Problem,
+    ScalabilityPoint,
+    ScalabilityTable,
+    Weights,
+    pool_remaining_idle_s,
+)
+from interstice.optimizer import Job as OptimizerJob
+from interstice.optimizer.admission import admit, usable_nodes
+from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+log = logging.getLogger("interstice.api")
+
+Solver = Callable[[Problem, str], Allocation]
+"""``solver(problem, backend) -> Allocation``; production uses :func:`optimizer_solver`."""
+
+IDLE_INTERVALS_KEPT = 10000
+"""Most recent idle intervals the ``auto`` horizon estimates from."""
+RESCALE_COSTS_KEPT = 20
+"""Newest measured rescale costs per job and direction whose median the optimizer is told."""
+
+
+def optimizer_solver(problem: Problem, backend: str) -> Allocation:
+    """The production solver: :func:`interstice.optimizer.solve` with ``backend``."""
+    from interstice.optimizer import solve
+
+    return solve(problem, backend=backend)
+
+
+def horizon_s(session: Session, objective: ObjectivePublic, pool_size: int) -> float:
+    """The forecast horizon, seconds: the fixed value, or for ``auto`` the expected
+    remaining idle time (:func:`interstice.optimizer.pool_remaining_idle_s`) of the
+    ``pool_size`` allocatable nodes from the observed idle intervals."""
+    if objective.horizon_s != "auto":
+        return float(objective.horizon_s)
+    lengths = list(
+        session.scalars(
+            select(IdleInterval.length_s)
+            .order_by(IdleInterval.id.desc())
+            .limit(IDLE_INTERVALS_KEPT)
+        )
+    )
+    now = utcnow()
+    middle = state.median_idle_since(session, pool_size)
+    ages = [(now - since).total_seconds() for since in middle]  # their median is the pool's
+    return pool_remaining_idle_s(lengths, ages)
+
+
+def idle_forecast_s(untils: dict[str, datetime], now: datetime) -> dict[str, float]:
+    """Each node's forecast remaining idle time, seconds: ``until - now``, 0 for an
+    ``until`` already past (the node stays until its ``busy`` event; none is due).
+
+    Args:
+        untils: the scheduler's ``until`` of the nodes whose end is known, by node name.
+        now: the time of the snapshot (aware UTC).
+
+    Returns:
+        Seconds left per node of ``untils``, >= 0.
+    """
+    return {node: max(0.0, (until - now).total_seconds()) for node, until in untils.items()}
+
+
+def build_problem(service: Service) -> tuple[Problem, str] | None:
+    """The optimizer's problem now, and the backend to solve it with; None when there is
+    nothing to decide (no active job or no allocatable node).
+
+    Per job (:func:`optimizer_job`): its rates, learned from its reports over its model's
+    table rows (or the default curve), and its measured rescale costs. Admission
+    (:func:`interstice.optimizer.admission.admit`): every running job, then queued jobs in
+    submission order while the admitted ones cannot already use every allocatable node (a
+    job whose ``min_nodes`` exceed the pool counts 0 usable nodes), at most
+    ``max_active_jobs`` in all when set; a job's usable nodes are
+    :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
+    Forecasts (``Problem.idle_forecast_s``): :func:`idle_forecast_s` of the allocatable
+    nodes whose newest scheduler event gave an ``until``; None when none did.
+    """
+    with service.db.read() as session:
+        table = stored_table(session)
+        pool = state.allocatable_nodes(session)
+        jobs = list(
+            session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
+        )
+        if not jobs or not pool:
+            return None
+        objective = stored_objective(session)
+        in_pool = set(pool)
+        held = state.holdings(session)
+        observations = _observations(session, [j.id for j in jobs])
+        costs = _rescale_costs(session, [j.id for j in jobs])
+        candidates = []
+        for job in jobs:
+            candidate = optimizer_job(
+                job,
+                table,
+                observations.get(job.id, []),
+                costs.get(job.id, ([], [])),
+                tuple(n for n in held.get(job.id, ()) if n in in_pool),
+            )
+            if candidate is not None:
+                candidates.append((job.state == "running", candidate))
+        running = [c for is_running, c in candidates if is_running]
+        queued = [c for is_running, c in candidates if not is_running]
+        # usable nodes (optimizer/admission.py): the most the job runs on efficiently on
+        # its own curve or the table, or 0 while it cannot start (min_nodes above the pool,
+        # or a start that the horizon does not pay for): it must not hold the pool's place
+        horizon = horizon_s(session, objective, len(pool))
+
+        def usable(job: OptimizerJob) -> int:
+            return usable_nodes(
+                job.own_table or table,
+                job.model,
+                job.min_nodes,
+                job.max_nodes,
+                len(pool),
+                service.settings.admission_efficiency,
+                job.rescale_up_s,
+                horizon,
+            )
+
+        k = admit(
+            [usable(c) for c in queued],
+            [usable(c) for c in running],
+            len(pool),
+            service.settings.max_active_jobs,
+        )
+        problem_jobs = sorted(
+            running + queued[:k], key=lambda c: state.parse_id(c.job_id, "j") or 0
+        )
+        if not problem_jobs:
+            return None
+        problem = Problem(
+            idle_nodes=tuple(pool),
+            jobs=tuple(problem_jobs),
+            scalability=table or ScalabilityTable(points=default_curve(1)),
+            weights=Weights(
+                throughput=objective.throughput,
+                speedup=objective.speedup,
+                node_seconds=objective.node_seconds,
+                fairness=objective.fairness,
+                priority=objective.priority,
+                churn=objective.churn,
+                early_finish=objective.early_finish,
+            ),
+            horizon_s=horizon,
+            time_limit_s=objective.time_limit_s,
+            relative_gap=objective.relative_gap,
+            idle_forecast_s=idle_forecast_s(state.allocatable_untils(session), utcnow()) or None,
+        )
+        return problem, objective.backend
+
+
+def optimizer_job(
+    job: Job,
+    table: ScalabilityTable | None,
+    observations: list[RateObservation],
+    costs: tuple[list[float], list[float]],
+    nodes: tuple[str, ...],
+) -> OptimizerJob | None:
+    """What the optimizer is told of ``job``; None when it can never run (``min_nodes``
+    above every count its curve has).
+
+    Rates: with its model in ``table`` and no observation, the table's rows; otherwise
+    ``Job.rates = learning.fit_curve(prior, observations, max_nodes)`` with the model's rows
+    (or ``learning.default_curve``) as prior. Depths: an ``spb`` job any depth of its curve,
+    other parallelisms depth 0 only (their workers accept no other). Rescale costs: the
+    median of the newest measured ones per direction (``costs`` = (up, down) seconds), else
+    the job's declared ``rescale_up_s``/``rescale_down_s``.
+    """
+    in_table = table is not None and job.model in table.models
+    prior: tuple[ScalabilityPoint, ...] | None = None
+    if in_table:
+        assert table is not None
+        prior = tuple(p for p in table.points if p.model == job.model)
+    rates = None
+    if observations or not in_table:
+        rates = fit_curve(prior, observations, job.max_nodes)
+    curve = ScalabilityTable(points=rates) if rates is not None else table
+    assert curve is not None
+    name = job.model or job.job_id  # any name when the job has its own rates
+    curve_model = rates[0].model if rates is not None else name
+    depths = curve.depths(curve_model) if job.parallelism == "spb" else (0,)
+    if 0 not in curve.depths(curve_model) and job.parallelism != "spb":
+        return None
+    largest = max(curve.max_nodes(curve_model, d) for d in depths)
+    if largest < job.min_nodes:
+        return None
+    up, down = costs
+    return OptimizerJob(
+        job_id=job.job_id,
+        model=name,
+        min_nodes=job.min_nodes,
+        max_nodes=min(job.max_nodes, largest),
+        nodes=nodes,
+        spb_depth=job.spb_depth if job.spb_depth in depths else min(depths),
+        spb_depths=depths,
+        priority=job.priority,
+        samples_remaining=max(0.0, job.total_samples - job.samples_done),
+        rescale_up_s=statistics.median(up) if up else job.rescale_up_s,
+        rescale_down_s=statistics.median(down) if down else job.rescale_down_s,
+        rates=rates,
+    )
+
+
+def _observations(session: Session, job_ids: list[int]) -> dict[int, list[RateObservation]]:
+    """The learned rates of ``job_ids`` as observations weighted by their report counts."""
+    found: dict[int, list[RateObservation]] = {}
+    for rate in session.scalars(select(JobRate).where(JobRate.job_id.in_(job_ids))):
+        found.setdefault(rate.job_id, []).append(
+            RateObservation(
+                nodes=rate.nodes,
+                spb_depth=rate.spb_depth,
+                samples_per_s=rate.samples_per_s,
+                weight=rate.reports,
+            )
+        )
+    return found
+
+
+def _rescale_costs(
+    session: Session, job_ids: list[int]
+) -> dict[int, tuple[list[float], list[float]]]:
+    """Measured rescale costs of ``job_ids``, seconds: (growths and starts, other moves to a
+    non-empty node set), the newest :data:`RESCALE_COSTS_KEPT` of each."""
+    found: dict[int, tuple[list[float], list[float]]] = {}
+    rows = session.scalars(
+        select(Rescale)
+        .where(Rescale.job_id.in_(job_ids), Rescale.cost_s.is_not(None))
+        .order_by(Rescale.id.desc())
+    )
+    for r in rows:
+        up, down = found.setdefault(r.job_id, ([], []))
+        kept = up if len(r.to_nodes) > len(r.from_nodes) else down
+        if len(kept) < RESCALE_COSTS_KEPT:
+            kept.append(r.cost_s)  # type: ignore[arg-type]
+    return found
+
+
+def apply_allocation(service: Service, allocation: Allocation) -> Changes:
+    """Write ``allocation`` and its commands in one transaction.
+
+    The world may have moved during the solve: nodes that left the pool are dropped from a
+    job's new set (a set below ``min_nodes`` becomes empty), jobs that ended are skipped.
+    Shrinking jobs are moved before growing ones, so a node changing hands gets ``stop``
+    before ``start``.
+    """
+    changes = Changes()
+    with service.db.write() as session:
+        pool = set(state.allocatable_nodes(session))
+        held = state.holdings(session)
+        numbers = {share.job_id: parse_id(share.job_id, "j") for share in allocation.jobs}
+        active = {
+            job.id: job
+            for job in session.scalars(
+                select(Job).where(
+                    Job.id.in_([n for n in numbers.values() if n is not None]),
+                    Job.state.in_(ACTIVE_JOB_STATES),
+                )
+            )
+        }
+        moves = []
+        for share in allocation.jobs:
+            job = active.get(numbers[share.job_id])  # type: ignore[arg-type]
+            if job is None:
+                continue
+            target = sorted(n for n in share.node_names if n in pool)
+            if len(target) < job.min_nodes:
+                target = []
+            from_nodes = held.get(job.id, [])
+            if not state.unchanged(job, from_nodes, target, share.spb_depth):
+                growth = len(target) - len(from_nodes)
+                moves.append((growth, job.id, job, target, share.spb_depth))
+        holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
+        for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
+            seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
+            from_nodes = held.get(job.id, [])  # as the moves before this one left them
+            state.move_job(
+                session,
+                job,
+                target,
+                depth,
+                reason="allocation",
+                deadline=utcnow() + timedelta(seconds=seconds),
+                changes=changes,
+                from_nodes=from_nodes,
+            )
+            # the moves after this one see its nodes as it left them
+            for node in from_nodes:
+                holder.pop(node, None)
+            for node in target:
+                if holder.get(node, job.id) != job.id:
+                    held[holder[node]].remove(node)
+                holder[node] = job.id
+            held[job.id] = target
+        session.add(
+            AllocationRecord(
+                status=allocation.status,
+                backend=allocation.backend,
+                objective=allocation.objective,
+                solve_time_s=allocation.solve_time_s,
+                horizon_s=allocation.horizon_s,
+                jobs=[share.model_dump(mode="json") for share in allocation.jobs],
+            )
+        )
+    return changes
+
+
+class ControlLoop:
+    """The background tasks of one service process.
+
+    Every replica sweeps: it writes the leases its agents renewed to the database. The
+    leader (:mod:`interstice.api.control.leader`: always on SQLite, the advisory lock's holder on
+    PostgreSQL) also solves and marks silent agents lost. On PostgreSQL, wake-ups and
+    staleness travel between replicas (:class:`interstice.api.control.notify.PostgresRelay`): a
+    follower's events reach the leader's solve loop, the leader's commands wake long-polls
+    held by any replica.
+    """
+
+    def __init__(self, service: Service, solver: Solver) -> None:
+        self.service = service
+        self.solver = solver
+        self.solves = 0
+        self._stale: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._solving: asyncio.Task[None] | None = None
+        url = service.settings.db_url
+        self.relay: PostgresRelay | None = None
+        self.leadership: AlwaysLeader | PostgresLeadership
+        if service.db.engine.dialect.name == "postgresql":
+            self.relay = PostgresRelay(url, service.notifier, self._stale_here)
+            self.leadership = PostgresLeadership(url, self._elected, self._deposed)
+        else:
+            self.leadership = AlwaysLeader(self._elected)
+
+    @property
+    def leader(self) -> bool:
+        """Whether this process runs the solver and marks agents lost."""
+        return self.leadership.leader
+
+    def mark_stale(self) -> None:
+        """Ask for a solve (thread-safe; coalesced with others within ``debounce_s``): here
+        on the leader, by the relay from a follower."""
+        if self.leader:
+            self._stale_here()
+        elif self.relay is not None:
+            self.relay.send_stale()
+
+    def _stale_here(self) -> None:
+        if self._loop is not None and self._stale is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stale.set)
+
+    async def start(self) -> None:
+        """Start the relay, the sweeper and the contention for leadership on the running
+        loop; a process elected leader solves at once."""
+        self._loop = asyncio.get_running_loop()
+        self._stale = asyncio.Event()
+        self.service.notifier.bind(self._loop)
+        self.service.on_stale = self.mark_stale
+        self.service.metrics.leader.set(0)
+        if self.relay is not None:
+            self.service.leader_since = None  # a follower until the lock is taken
+            await self.relay.start()
+        self._tasks = [asyncio.create_task(self._sweep_forever(), name="interstice-sweeper")]
+        await self.leadership.start()
+
+    async def stop(self) -> None:
+        """Step down and cancel every task; a solve in its thread is abandoned."""
+        await self.leadership.stop()
+        await self._deposed()  # SQLite's leader is never deposed: its solve loop ends here
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.relay is not None:
+            await self.relay.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _elected(self) -> None:
+        assert self._stale is not None
+        self.service.leader_since = time.monotonic()
+        self._solving = asyncio.create_task(self._solve_forever(), name="interstice-control")
+        self.service.metrics.leader.set(1)
+        self._stale.set()
+
+    async def _deposed(self) -> None:
+        self.service.leader_since = None
+        self.service.metrics.leader.set(0)
+        if self._solving is not None:
+            self._solving.cancel()
+            await asyncio.gather(self._solving, return_exceptions=True)
+            self._solving = None
+
+    async def _in_thread(self, fn: Callable[..., object], *args: object) -> object:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._executor, fn, *args)
+
+    async def _solve_forever(self) -> None:
+        assert self._stale is not None
+        settings = self.service.settings
+        while True:
+            await self._stale.wait()
+            await asyncio.sleep(settings.debounce_s)
+            self._stale.clear()
+            try:
+                await self._solve_once()
+            except Exception:
+                log.exception("solve failed; retrying in %.1f s", settings.heartbeat_interval_s)
+                self.service.metrics.solver_status.labels("error").inc()
+                await asyncio.sleep(settings.heartbeat_interval_s)
+                self._stale.set()
+
+    async def _solve_once(self) -> None:
+        snapshot = await self._in_thread(build_problem, self.service)
+        if snapshot is None:
+            return
+        problem, backend = snapshot  # type: ignore[misc]
+        allocation: Allocation = await self._in_thread(self.solver, problem, backend)  # type: ignore[assignment]
+        metrics = self.service.metrics
+        metrics.solve_seconds.observe(allocation.solve_time_s)
+        metrics.solver_status.labels(allocation.status).inc()
+        changes: Changes = await self._in_thread(apply_allocation, self.service, allocation)  # type: ignore[assignment]
+        self.solves += 1
+        changes.stale = False  # the loop's own moves do not call for another solve
+        self.service.after_commit(changes)
+
+    async def _sweep_forever(self) -> None:
+        period_s = max(0.05, self.service.settings.heartbeat_interval_s / 2)
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                await asyncio.to_thread(leases.sweep, self.service)
+            except Exception:
+                log.exception("lease sweep failed")

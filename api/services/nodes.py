@@ -1,0 +1,109 @@
+"""Nodes: the scheduler's node events and the node list.
+
+Functions take the running :class:`~interstice.api.service.Service`; they are synchronous
+(run in a thread: node events in their own few, :attr:`Service.event_writes`, so that they
+never queue for a thread behind other requests).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from interstice.api.schemas.nodes import (
+    NodeAgentBrief,
+    NodeEventResult,
+    NodeEventsCreate,
+    NodeEventsResult,
+    NodePublic,
+    NodesPublic,
+)
+from interstice.api.services import ingest
+from interstice.api.services.state import Changes
+from interstice.api.store.tables import Agent, Node
+from sqlalchemy import func, select
+
+if TYPE_CHECKING:
+    from interstice.api.service import Service
+
+
+def node_events(service: Service, body: NodeEventsCreate) -> NodeEventsResult:
+    """Apply a batch of scheduler events in order, :data:`ingest.CHUNK_EVENTS` per write
+    transaction (see :mod:`interstice.api.services.ingest`), waking the agents of reclaimed nodes
+    after each chunk. A chunk holding a ``busy`` event (a reclaim) takes the write lock
+    before the other writers waiting for it.
+
+    Raises:
+        Conflict: an ``event_id`` was already used for a different event: nothing is
+            applied when the batch's check finds it, else (a concurrent batch stored it
+            since) the chunks before the one that holds it stay applied.
+    """
+    events = [
+        ingest.Event(e.event_id, e.node, e.state, e.at, e.grace_s, e.until) for e in body.events
+    ]
+    with service.db.read() as session:
+        ingest.refuse_conflicts(session, events)
+    applied: list[ingest.Applied] = []
+    for chunk in ingest.chunks(events):
+        changes = Changes()
+        reclaims = any(e.state == "busy" for e in chunk)
+        with service.db.write(urgent=reclaims) as session:  # before acks and solves waiting
+            applied += ingest.apply_events(session, chunk, changes)
+        service.after_commit(changes)
+    data = [_result(a) for a in applied]
+    return NodeEventsResult(data=data, count=len(data))
+
+
+def _result(applied: ingest.Applied) -> NodeEventResult:
+    """The answer for one event: the same for its first arrival and every retry."""
+    newer_at = applied.superseded_by_at
+    return NodeEventResult(
+        event_id=applied.event_id,
+        node=applied.node,
+        state=applied.state,  # type: ignore[arg-type]
+        applied=newer_at is None,
+        reason=None if newer_at is None else f"superseded by a newer event at {_iso(newer_at)}",
+        reclaimed_job_id=(
+            None if applied.reclaimed_job_id is None else f"j-{applied.reclaimed_job_id}"
+        ),
+    )
+
+
+def _iso(at: datetime) -> str:
+    """``at`` (aware UTC) as the answers' JSON writes times: ISO 8601 ending in ``Z``."""
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
+    """A page of nodes with their state, agent and holder, by name; ``allocatable``: idle
+    with an alive agent.
+
+    Args:
+        service: the running service.
+        limit: most nodes on the page.
+        cursor: the previous page's ``next_cursor`` (the last name it held): the page starts
+            after it; None: the first page.
+
+    Returns:
+        The page; ``count`` is every node's, ``next_cursor`` None on the last page.
+    """
+    with service.db.read() as session:
+        query = select(Node, Agent).outerjoin(Agent, Agent.node == Node.name)
+        if cursor is not None:
+            query = query.where(Node.name > cursor)
+        rows = session.execute(query.order_by(Node.name).limit(limit + 1)).all()
+        total = session.scalar(select(func.count()).select_from(Node)) or 0
+        data = [
+            NodePublic(
+                name=n.name,
+                state=n.state,  # type: ignore[arg-type]
+                since=n.since,
+                until=n.until,
+                allocatable=n.state == "idle" and a is not None and a.state == "alive",
+                agent=None if a is None else NodeAgentBrief.model_validate(a),
+                holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",
+            )
+            for n, a in rows[:limit]
+        ]
+    next_cursor = data[-1].name if len(rows) > limit else None
+    return NodesPublic(data=data, count=total, next_cursor=next_cursor)

@@ -1,0 +1,153 @@
+"""The first start on a fresh agent does not wait for torch's import: the agent registers
+(and so makes its node allocatable) only once its spare launcher is warm.
+
+Against a fake service (httpx.MockTransport) that notes, when the registration arrives,
+whether the agent's spare launcher was warm. Real launchers: a warm one (torch imported), one
+whose torch import never ends (the wait is bounded), one that dies importing torch (no wait
+at all), and a shutdown during the warm-up (nothing registered).
+"""
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from interstice.agents.agent import Agent, AgentConfig
+from interstice.agents.client import ServiceClient
+from interstice.agents.launcher_process import SPARE_READY
+from polling import wait_until
+from test_agent_commands import FakeService
+from test_user_script import user_command
+
+from interstice.ports import free_ports
+
+pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
+
+SLOW_TORCH = "import time\ntime.sleep(600)\n"
+NO_TORCH = 'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'
+
+
+class WatchingService(FakeService):
+    """A :class:`FakeService` that notes, at each registration, whether the agent's spare
+    launcher was warm."""
+
+    def __init__(self) -> None:
+        super().__init__(protocol_version=3)
+        self.agent: Agent | None = None
+        self.warm_at_registration: list[bool] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/agents":
+            assert self.agent is not None
+            self.warm_at_registration.append(self.agent.launcher.spare_ready())
+        return super().__call__(request)
+
+
+@pytest.fixture
+def agent(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Agent]:
+    """An agent (not registered yet) of node n0 with a :class:`WatchingService`
+    (``agent.service``); its launchers are killed afterwards. ``request.param``: the longest
+    wait for the warm-up (default 600 s)."""
+    config = AgentConfig(
+        server="http://service",
+        token="tok",
+        node="n0",
+        host="127.0.0.1",
+        ports=free_ports(2),
+        workdir=tmp_path / "n0",
+        warm_before_register_s=getattr(request, "param", 600.0),
+    )
+    service = WatchingService()
+    client = ServiceClient(config.server, config.token, transport=httpx.MockTransport(service))
+    made = Agent(config, client)
+    service.agent = made
+    made.service = service  # type: ignore[attr-defined]
+    yield made
+    made.launcher.close_spare()
+    if made.generation is not None:
+        made._end_generation(made.generation, time.monotonic())
+
+
+def service_of(agent: Agent) -> WatchingService:
+    return agent.service  # type: ignore[attr-defined]
+
+
+def shadow_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """A ``torch`` package on the launchers' ``PYTHONPATH`` that runs ``code`` on import."""
+    shadow = tmp_path / "shadow"
+    (shadow / "torch").mkdir(parents=True)
+    (shadow / "torch" / "__init__.py").write_text(code)
+    paths = [str(shadow), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_agent_registers_once_its_spare_is_warm_and_starts_the_first_job_on_it(
+    agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    service = service_of(agent)
+    agent.join_service()
+
+    assert service.warm_at_registration == [True]
+    assert agent.agent_id == "a-1"
+    spare = agent.launcher._spare
+    assert spare is not None
+
+    # The first start runs on that very process, warm before the command came.
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    (code_dir / "script.py").write_text("print('trained')\n")
+    agent._execute(user_command(agent, tmp_path / "j-1", code_dir, "unused"))
+    generation = agent.generation
+    assert generation is not None and generation.process is spare[0]
+    assert generation.log_path.read_text().startswith(SPARE_READY)
+    assert agent.launcher._launches == 1  # no launcher started for the command
+    wait_until(lambda: agent._check_pending_ack() or service.acks(), 120, "the start's ack")
+    ((_, ack),) = service.acks()
+    assert ack["ok"] is True, ack
+
+
+@pytest.mark.parametrize("agent", [1.0], indirect=True)
+@pytest.mark.timeout(120)
+def test_a_warm_up_that_never_ends_delays_the_registration_by_the_bound_only(
+    agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow_torch(tmp_path, monkeypatch, SLOW_TORCH)
+    began = time.monotonic()
+    agent.join_service()
+
+    assert service_of(agent).warm_at_registration == [False]
+    assert agent.agent_id == "a-1"
+    assert time.monotonic() - began >= 1.0  # it did wait for the warm-up, that long
+    assert agent.launcher._spare is not None and agent.launcher._spare[0].poll() is None
+
+
+@pytest.mark.timeout(120)
+def test_a_spare_that_dies_warming_up_does_not_hold_the_registration(
+    agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait is 600 s (the fixture's): a registration within the test's timeout means the
+    # agent saw its spare die (torch missing) and registered; the start then fails with the
+    # launch's error, as tests/agents/test_launch_failures.py checks.
+    shadow_torch(tmp_path, monkeypatch, NO_TORCH)
+    agent.join_service()
+
+    assert service_of(agent).warm_at_registration == [False]
+    assert agent.agent_id == "a-1"
+    assert agent.launcher._spare is not None and agent.launcher._spare[0].poll() == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_shutdown_during_the_warm_up_registers_nothing(
+    agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow_torch(tmp_path, monkeypatch, SLOW_TORCH)
+    agent.shutdown.set()  # the preemption signal came while the spare imports torch
+    agent.join_service()
+
+    assert service_of(agent).requests == []
+    assert agent.agent_id is None
