@@ -33,7 +33,7 @@ import json
 import re
 
 from fastapi.routing import APIRoute
-from interstice.api.routes.agents import pending_commands, router
+from interstice.api.routes.agents import WAIT_DEFAULT_S, WAIT_MAX_S, pending_commands, router
 from interstice.api.schemas.agents import CommandsPublic, Heartbeat, HeartbeatAnswer
 from interstice.api.service import Service
 from interstice.api.services import agents
@@ -45,7 +45,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 _PATH = re.compile(r"/v1/agents/(a-[0-9]{1,15})/(poll|commands|heartbeat)")
 _WAIT = re.compile(rb"wait=([0-9]{1,2}(?:\.[0-9]{1,6})?)")
 _METHOD = {"poll": "POST", "commands": "GET", "heartbeat": "POST"}
-_WAIT_MAX_S = 60.0  # the routes' ``wait`` bound (routes.agents.WaitQuery)
 _COMMANDS_JSON = TypeAdapter(CommandsPublic)
 _HEADERS = [(b"content-type", b"application/json")]
 
@@ -75,15 +74,17 @@ class AgentFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             match = _PATH.fullmatch(scope["path"])
-            if match and scope["method"] == _METHOD[match[2]] and self._authorized(scope):
-                await self._take(scope, receive, send, match[1], match[2])
-                return
+            if match and scope["method"] == _METHOD[match[2]]:
+                headers = dict(scope["headers"])
+                if self._authorized(headers):
+                    await self._take(scope, receive, send, headers, match[1], match[2])
+                    return
         await self.app(scope, receive, send)
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         """A cached, valid token of role ``agent`` (no database access, no audit: any
         other token goes to the app, which reads, audits and refuses it)."""
-        header = dict(scope["headers"]).get(b"authorization", b"")
+        header = headers.get(b"authorization", b"")
         if not header.startswith(b"Bearer "):
             return False
         record = self.service.tokens.cached(header[7:].decode("latin-1"))
@@ -93,51 +94,74 @@ class AgentFastPath:
             and record.refusal(utcnow()) is None
         )
 
-    async def _take(self, scope: Scope, receive: Receive, send: Send, agent_id: str, kind: str):
-        wait_s = _wait_s(scope["query_string"], kind)
+    async def _take(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        agent_id: str,
+        kind: str,
+    ) -> None:
+        """Answer the request here, or hand it to the app with its body read so far."""
         read: list[Message] = []
-        body = None
-        if kind != "commands":
-            body = await _heartbeat(scope, receive, read)
-        if wait_s is None or (kind != "commands" and body is None):
+        answer = await self._answer(scope, receive, headers, read, agent_id, kind)
+        if answer is None:
             await self.app(scope, _replaying(read, receive), send)
             return
+        length = [(b"content-length", str(len(answer)).encode()), *_HEADERS]
+        await send({"type": "http.response.start", "status": 200, "headers": length})
+        await send({"type": "http.response.body", "body": answer})
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        headers: dict[bytes, bytes],
+        read: list[Message],
+        agent_id: str,
+        kind: str,
+    ) -> bytes | None:
+        """The answer's JSON, or None when the app must answer (every message received is
+        kept in ``read``)."""
+        wait_s = _wait_s(scope["query_string"], kind)
+        if wait_s is None:
+            return None
         service = self.service
-        if body is None:
+        if kind == "commands":
             number = agents.alive_agent(service, agent_id)
-            if number is not None:
-                service.leases.touch(number)
+            if number is None:
+                return None  # not leased here: the app reads the agent
+            service.leases.touch(number)
         else:
+            body = await _heartbeat(headers, receive, read)
+            if body is None or not agents.renew_lease(service, agent_id, body):
+                return None  # a body to refuse, a heartbeat to write, or an unknown agent
             number = parse_id(agent_id, "a")
-            if not agents.renew_lease(service, agent_id, body):
-                number = None  # a heartbeat to write, or an unknown agent: the app's part
-        if number is None:
-            await self.app(scope, _replaying(read, receive), send)
-            return
         scope["route"] = self.routes[kind]
         if kind == "heartbeat":
-            answer = HeartbeatAnswer(agent_id=agent_id, state="alive").model_dump_json()
-            await _send_json(send, answer.encode())
-            return
+            return HeartbeatAnswer(agent_id=agent_id, state="alive").model_dump_json().encode()
         commands = await pending_commands(service, number, wait_s)
-        await _send_json(send, _COMMANDS_JSON.dump_json(commands, by_alias=True))
+        return _COMMANDS_JSON.dump_json(commands, by_alias=True)
 
 
 def _wait_s(query: bytes, kind: str) -> float | None:
-    """The ``wait`` of a query the fast path takes (seconds; the routes' default 30 when
+    """The ``wait`` of a query the fast path takes (seconds; the routes' default when
     absent), or None for any other query."""
     if not query:
-        return 30.0
+        return float(WAIT_DEFAULT_S)
     match = _WAIT.fullmatch(query) if kind != "heartbeat" else None
-    if match is None or float(match[1]) > _WAIT_MAX_S:
+    if match is None or float(match[1]) > WAIT_MAX_S:
         return None
     return float(match[1])
 
 
-async def _heartbeat(scope: Scope, receive: Receive, read: list[Message]) -> Heartbeat | None:
+async def _heartbeat(
+    headers: dict[bytes, bytes], receive: Receive, read: list[Message]
+) -> Heartbeat | None:
     """The request's body as FastAPI would take it (``json.loads``, then validation), or
     None when FastAPI would answer otherwise; every message received is kept in ``read``."""
-    if dict(scope["headers"]).get(b"content-type") != b"application/json":
+    if headers.get(b"content-type") != b"application/json":
         return None
     chunks = []
     while True:
@@ -163,9 +187,3 @@ def _replaying(read: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replay
-
-
-async def _send_json(send: Send, body: bytes) -> None:
-    headers = [(b"content-length", str(len(body)).encode()), *_HEADERS]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

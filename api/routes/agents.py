@@ -80,12 +80,18 @@ def leave(agent_id: str, service: ServiceDep, _: AgentToken) -> None:
     agents.leave(service, agent_id)
 
 
-WaitQuery = Annotated[float, Query(ge=0, le=60, description="seconds to wait for a command")]
+WAIT_MAX_S = 60
+"""Most seconds a long-poll's ``wait`` may ask for."""
+WAIT_DEFAULT_S = 30
+"""A long-poll's ``wait`` when the query gives none, seconds."""
+WaitQuery = Annotated[
+    float, Query(ge=0, le=WAIT_MAX_S, description="seconds to wait for a command")
+]
 
 
 @router.get("/{agent_id}/commands", **roles("agent", errors=(404,)))
 async def poll_commands(
-    agent_id: str, service: ServiceDep, _: AgentToken, wait: WaitQuery = 30
+    agent_id: str, service: ServiceDep, _: AgentToken, wait: WaitQuery = WAIT_DEFAULT_S
 ) -> CommandsPublic:
     """Long-poll: every pending command of the agent, oldest first, at once when there is
     one; else after at most ``wait`` seconds, none. A command is answered again until
@@ -102,7 +108,11 @@ async def poll_commands(
 
 @router.post("/{agent_id}/poll", **roles("agent", errors=(400, 404)))
 async def poll_with_heartbeat(
-    agent_id: str, body: Heartbeat, service: ServiceDep, _: AgentToken, wait: WaitQuery = 30
+    agent_id: str,
+    body: Heartbeat,
+    service: ServiceDep,
+    _: AgentToken,
+    wait: WaitQuery = WAIT_DEFAULT_S,
 ) -> CommandsPublic:
     """A heartbeat and a long-poll in one request (protocol version 3): the body is taken
     as ``POST .../heartbeat`` takes it, then the answer is that of ``GET .../commands``.
