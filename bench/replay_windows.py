@@ -17,7 +17,8 @@ replay package (:func:`interstice.replay.simulator.replay`,
 with the same settings as ``interstice replay``'s defaults (CP-SAT, horizon 300 s, no
 admission cap, early finish 0.9) but for the horizon and the admin weights given here.
 
-Prints one JSON line per (window, policy): harvest, goodput_samples, utilization, efficiency,
+Prints one JSON line per (window, policy): harvest, harvest_ceiling (the harvest of the same
+node counts without rescale pauses), goodput_samples, utilization, efficiency,
 jobs_finished, jct_mean_s, efficiency_loss (per cause of a rescale pause),
 node_hours_by_model (the allocated node-hours of each model's jobs), solve_p99_s (the
 policy's own time per solve, model building included),
@@ -42,7 +43,8 @@ every later decision), so a claim about the policies is read over many draws, no
 
 Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,greedy,rigid]
     [--churn 0.1] [--fairness 0.1] [--objective throughput|speedup|node-seconds]
-    [--priority-weight 1] [--jobs FILE.csv] [--horizon 300|auto] [--rigid-nodes K]
+    [--priority-weight 1] [--completion-s TAU] [--reclaim-loss-s S] [--jobs FILE.csv]
+    [--horizon 300|auto] [--rigid-nodes K]
     [--admission-efficiency 0.9] [--seeds 1,2,3]
     [--forecast none|exact|plan [--forecast-coverage 0.5 --forecast-error 0.5]]
 """
@@ -82,6 +84,7 @@ WINDOWS = {  # name: (start, nodes or None for all, seed of the node draw)
 }
 FIGURES = (
     "harvest",
+    "harvest_ceiling",
     "goodput_samples",
     "utilization",
     "efficiency",
@@ -98,6 +101,12 @@ def main() -> None:
     parser.add_argument("--churn", type=float, default=0.0)
     parser.add_argument("--fairness", type=float, default=0.0)
     parser.add_argument("--priority-weight", type=float, default=1.0)
+    parser.add_argument(
+        "--completion-s", type=float, help="tau of the completion term (default: Weights')"
+    )
+    parser.add_argument(
+        "--reclaim-loss-s", type=float, default=0.0, help="a reclaim's cost beyond a shrink's"
+    )
     parser.add_argument("--objective", choices=OBJECTIVES, default=None)
     parser.add_argument("--backend", choices=("cpsat", "cbc"), default="cpsat")
     parser.add_argument("--horizon", default="300", help="seconds, or auto")
@@ -141,8 +150,13 @@ def main() -> None:
         fairness=args.fairness,
         churn=args.churn,
         priority=args.priority_weight,
+        **({} if args.completion_s is None else {"completion_s": args.completion_s}),
     )
-    options = ReplayOptions(weights=weights, admission_efficiency=args.admission_efficiency)
+    options = ReplayOptions(
+        weights=weights,
+        admission_efficiency=args.admission_efficiency,
+        reclaim_loss_s=args.reclaim_loss_s,
+    )
     run = allocators(args.backend)
     common = {
         "jobs": str(jobs_path),
@@ -151,6 +165,8 @@ def main() -> None:
         "horizon": args.horizon,
         "rigid_nodes": args.rigid_nodes,
         "admission_efficiency": args.admission_efficiency,
+        "completion_s": weights.completion_s,
+        "reclaim_loss_s": args.reclaim_loss_s,
         **forecast.report(),
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)

@@ -116,6 +116,7 @@ def score_forecast_options(
     horizon_s: float,
     life_s: np.ndarray,
     keep_class: np.ndarray,
+    tilt: float = 1.0,
 ) -> OptionScores:
     """Score ``job`` on each count, depth and level of its new nodes, with forecast lives.
 
@@ -132,6 +133,7 @@ def score_forecast_options(
         life_s: tau_1..tau_K, seconds, shape (K,), ascending, each < H.
         keep_class: the classes (1..K+1) of the job's held nodes in the order it keeps them,
             shape (h,): at count n <= h it keeps the first n.
+        tilt: the completion tilt of (i), in (0, 1].
 
     Returns:
         Arrays of shape (D, C, K + 1); the last axis is the level L = 1..K+1 of the new
@@ -168,10 +170,9 @@ def score_forecast_options(
             left = alive[e, kept][:, None] + new[:, None] * (levels[None, :] > e)
             stopped = stopped | (left < job.min_nodes)  # below min_nodes: it stops
             now = np.where(stopped, 0, left)
-            dropped = (now < count) & (now > 0)  # it goes on, paused by the shrink
-            pause_end_s = np.where(
-                dropped[None], np.maximum(pause_end_s, tau[e] + job.rescale_down_s), pause_end_s
-            )
+            dropped = (now < count) & (now > 0)  # it goes on, paused by the reclaim
+            reclaimed_s = tau[e] + job.rescale_down_s + job.reclaim_loss_s
+            pause_end_s = np.where(dropped[None], np.maximum(pause_end_s, reclaimed_s), pause_end_s)
             count = now
         run_s = np.maximum(0.0, tau[e + 1] - np.maximum(tau[e], pause_end_s))
         trained = trained + curve[:, np.minimum(count, top_count)] * progress * run_s
@@ -185,6 +186,7 @@ def score_forecast_options(
         table,
         weights,
         horizon_s,
+        tilt,
     )
     # The guaranteed value: level L is worth what the worst level in L..K+1 earns (ties:
     # the lowest such level, whose goodput is reported).

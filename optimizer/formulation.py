@@ -99,11 +99,12 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         nodes leave at their classes' lives, its new nodes at tau_L; n_e is its count after
         the nodes of class e leave (n_0 = n); a fall to n_e < m_j stops it for the rest of
         the horizon (n_e' = 0 from there on, no pause: the replay's rule); any other fall
-        pauses it rescale_down_s, the pause ending at P_e = max(P_{e-1}, tau_e +
-        rescale_down_s) (P_0 = c_j(n, d)); then
+        is a reclaim and pauses it rescale_down_s + l_j (l_j = ``Job.reclaim_loss_s``, what a
+        reclaim loses beyond a shrink), the pause ending at P_e = max(P_{e-1}, tau_e +
+        rescale_down_s + l_j) (P_0 = c_j(n, d)); then
             trained = sum_{e=0..K} r_j(n_e, d) p_j(d) max(0, tau_{e+1} - max(tau_e, P_e))
         with tau_0 = 0 and tau_{K+1} = H: a node's goodput counts only up to its forecast
-        end, and a reclaim costs the job's rescale_down_s as in the replay. A level is
+        end, and a reclaim costs the job's rescale_down_s + l_j as in the replay. A level is
         worth what its worst node set earns: v_j(n, d, L) = min_{L' = L..K+1} of the value
         with the new nodes at tau_{L'} (the same where rates grow with the count; with a
         dip, a job can earn more once a node leaves, and the least keeps every node set of
@@ -111,15 +112,37 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         forecast to leave before it pays back its rescale_up_s (and the rescale_down_s of
         their reclaim) is worth less than staying, so it is not taken; a job whose
         reclaim costs more values long-lived nodes more, so it takes the higher level;
-        a shrinking job keeps its longest-lived nodes (keep order). Not modelled: a
-        planned shrink just before a forecast reclaim; in this cost model (a reclaim costs
-        the same rescale_down_s as a shrink, as in the replay) shrinking early only loses
-        the node's work before its reclaim, so it never pays; it would where a reclaim
-        under grace loses the work since the last checkpoint.
-    v_j(n, d) = q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
-    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1, s_j = rho_j) give
-    goodput plus (g) in dedicated node-seconds; ``Weights(node_seconds=False)`` gives it in
-    samples (beta was chosen in samples, below).
+        a shrinking job keeps its longest-lived nodes (keep order). A planned shrink: an
+        option n < h_j releases the shortest-lived held nodes now, at rescale_down_s, instead
+        of losing them to their reclaims at rescale_down_s + l_j each; it pays once a
+        node's work until its forecast end is worth less than l_j of the job's (so, in the
+        rolling horizon, at the first solve that close to the reclaim). With l_j = 0 (the
+        replay's default: a reclaim costs what a shrink does) shrinking early only loses the
+        node's work before its reclaim and never pays.
+    (i) completion: j's whole term is multiplied by k_j = max(exp(-(t_j - t_0) / tau),
+        1e-6), t_j its submission time (``Job.submitted_s``), t_0 the earliest of the
+        problem's jobs, tau = ``Weights.completion_s`` (0: k_j = 1). Where nodes are scarce,
+        a node goes to the earlier job unless the later one turns it into more than 1 / k
+        times the goodput, so the admitted jobs finish about in the order they came instead
+        of sharing the nodes out over all of them: with jobs of equal size this is
+        shortest-remaining-first, which minimises the mean completion time (Schrage, "A
+        proof of the optimality of the shortest remaining processing time discipline",
+        Oper. Res. 16(3), 1968). The ratio k_j / k_i = exp(-(t_j - t_i) / tau) of two jobs
+        is the same at every solve, so the term moves no node between solves by itself. A
+        weight by remaining work, (R_0 / R_j) ** a, changes at every solve, and the MILP
+        re-balanced the nodes at each: on window a1 of ``bench/replay_windows.py`` a = 0.25
+        cut the mean JCT by 1.3 % but efficiency fell from 0.973 to 0.944 (grow loss 1.3 %
+        -> 4.1 %). tau = 100,000 s (the default: a job
+        submitted an hour later weighs 3.5 % less), on the all-node windows where every job
+        finishes: mean JCT a1 14.70 -> 14.21 h, a2 21.63 -> 20.68 h, a3 16.61 -> 16.10 h, with
+        harvest equal and efficiency within 0.001; the greedy scores the same options and
+        went 14.29 -> 14.03, 21.20 -> 20.47, 16.35 -> 15.89 h. On the 192-node windows the
+        harvest moved by -0.0007 to +0.0021 (docs/benchmarks.md, "The completion term").
+    v_j(n, d) = k_j q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
+    The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1, s_j = rho_j,
+    tau = 100,000 s) give goodput plus (g) in dedicated node-seconds, tilted toward the
+    earlier jobs; ``Weights(node_seconds=False)`` gives it in samples (beta was chosen in
+    samples, below).
 
 Variables:
     z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none); with
@@ -328,7 +351,10 @@ def build_options(problem: Problem) -> Options:
         top = max(problem.max_count(job, d) for d in depths)
         # The zero option, then min_nodes..top (none if top < min_nodes).
         counts = np.concatenate([[0], np.arange(job.min_nodes, top + 1)])
-        grid = score_options(job, counts, depths, problem.table_of(job), weights, horizon_s)
+        grid = score_options(
+            job, counts, depths, problem.table_of(job), weights, horizon_s,
+            problem.completion_tilt(job),
+        )  # fmt: skip
         pick = grid.value.argmax(axis=0)  # the best depth of each count
         every = np.arange(len(counts))
         value = grid.value[pick, every]
@@ -373,7 +399,7 @@ def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
         held = len(keep_class)
         grid = score_forecast_options(
             job, counts, depths, problem.table_of(job), weights, horizon_s, lives.life_s,
-            keep_class,
+            keep_class, problem.completion_tilt(job),
         )  # fmt: skip
         pick = grid.value.argmax(axis=0)[None]  # (i): the best depth of each (count, level)
         value = np.take_along_axis(grid.value, pick, axis=0)[0]  # (C, L)

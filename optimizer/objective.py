@@ -69,10 +69,11 @@ def score_options(
     table: ScalabilityTable,
     weights: Weights,
     horizon_s: float,
+    tilt: float = 1.0,
 ) -> OptionScores:
     """Score ``job`` on each of ``counts`` nodes at each of ``spb_depths`` over ``horizon_s``.
 
-    Eqs. (a)-(g) of :mod:`interstice.optimizer.formulation`.
+    Eqs. (a)-(g) and (i) of :mod:`interstice.optimizer.formulation`.
 
     Args:
         job: the job.
@@ -81,6 +82,7 @@ def score_options(
         table: the scalability table.
         weights: the objective weights.
         horizon_s: forecast horizon H, seconds.
+        tilt: the completion tilt of (i), in (0, 1] (:meth:`Problem.completion_tilt`).
 
     Returns:
         Arrays of shape (D, k): throughput, goodput, rescale flag and objective term.
@@ -100,7 +102,7 @@ def score_options(
     cost_s, rescaled = rescale_cost_s(job, counts, spb_depths)
     trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
     goodput, value = option_value(
-        job, counts, trained, rescaled, measured, table, weights, horizon_s
+        job, counts, trained, rescaled, measured, table, weights, horizon_s, tilt
     )
     return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)
 
@@ -142,8 +144,9 @@ def option_value(
     table: ScalabilityTable,
     weights: Weights,
     horizon_s: float,
+    tilt: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Eqs. (a) and (c)-(g) on the samples each option trains within the horizon.
+    """Eqs. (a), (c)-(g) and (i) on the samples each option trains within the horizon.
 
     Args:
         job: the job.
@@ -156,6 +159,7 @@ def option_value(
         table: the job's rates.
         weights: the objective weights.
         horizon_s: H, seconds.
+        tilt: the completion tilt of (i), in (0, 1].
 
     Returns:
         ``(goodput, value)``, each shaped like ``trained``: goodput capped at the job's
@@ -169,7 +173,7 @@ def option_value(
     fairness = unit * np.log2(1.0 + counts)  # (d)
     term = weights.throughput * (goodput + early_finish) + weights.fairness * fairness
     term = term - np.where(rescaled, weights.churn * unit, 0.0)  # (e)
-    scale = job.priority**weights.priority  # (c)
+    scale = job.priority**weights.priority * tilt  # (c), (i)
     if weights.speedup:
         scale /= one_node  # (f)
     elif weights.node_seconds:

@@ -8,10 +8,10 @@ Deterministic: the same problem and choice give the same names.
 With forecasts (``Problem.idle_forecast_s``) the order is by forecast life instead: a job
 keeps its longest-lived held nodes (it releases the shortest-lived), and the growing jobs,
 by level L descending (formulation, constraints (3)), then by the cost of a reclaim and the
-restart it may force (``rescale_down_s + rescale_up_s``) descending, then in the problem's
-order, take the longest-lived free nodes left. Taking the most demanding levels first keeps
-Hall's condition for the rest (constraints (2)-(3) hold), so every job gets nodes of its
-level or longer-lived; the long-lived nodes go to the jobs with the costlier rescales.
+restart it may force (``rescale_down_s + reclaim_loss_s + rescale_up_s``) descending, then in
+the problem's order, take the longest-lived free nodes left. Taking the most demanding levels
+first keeps Hall's condition for the rest (constraints (2)-(3) hold), so every job gets nodes
+of its level or longer-lived; the long-lived nodes go to the jobs with the costlier rescales.
 """
 
 from __future__ import annotations
@@ -68,11 +68,12 @@ def _assign_by_life(
     ]
     in_use = {node for names in kept for node in names}
     free = lives.keep_order([node for node in problem.idle_nodes if node not in in_use])
+    job_of = problem.jobs.__getitem__
     growing = sorted(
         (j for j, n in enumerate(counts) if n > len(kept[j])),
         key=lambda j: (
             -levels[j],
-            -(problem.jobs[j].rescale_down_s + problem.jobs[j].rescale_up_s),
+            -(job_of(j).rescale_down_s + job_of(j).reclaim_loss_s + job_of(j).rescale_up_s),
             j,
         ),
     )

@@ -277,7 +277,10 @@ def equal_share(problem: Problem) -> Allocation:
     for job, (n, d) in zip(problem.jobs, equal_share_counts(problem), strict=True):
         if n == 0:
             d = job.spb_depth
-        s = score_options(job, np.array([n]), (d,), problem.table_of(job), weights, horizon_s)
+        s = score_options(
+            job, np.array([n]), (d,), problem.table_of(job), weights, horizon_s,
+            problem.completion_tilt(job),
+        )  # fmt: skip
         rows.append((n, d, s.value[0, 0], s.samples_per_s[0, 0], s.goodput[0, 0], s.rescaled[0, 0]))
     columns = zip(*rows, strict=True) if rows else [np.zeros(0)] * 6
     count, depth, value, rate, goodput, rescaled = (np.array(c) for c in columns)

@@ -31,6 +31,13 @@ solver's best incumbent at the time limit, or a policy's answer (``greedy``,
 ``equal_share``) asked for directly; ``fallback``: the solver had no incumbent at the time
 limit, so the answer is the greedy marginal-gain allocation."""
 
+COMPLETION_S = 100_000.0
+"""Default tau of the completion term (i), seconds (:class:`Weights`, formulation docstring)."""
+
+MIN_TILT = 1e-6
+"""Floor of the completion tilt, so a job submitted long after the others still has values
+that order its options."""
+
 
 class ScalabilityPoint(BaseModel):
     """One measured throughput: ``model`` on ``nodes`` nodes at SPB depth ``spb_depth``.
@@ -329,6 +336,13 @@ class Job(BaseModel):
         rescale_up_s: seconds of lost progress when it grows (or starts).
         rescale_down_s: seconds of lost progress when it shrinks, or changes SPB depth at
             the same count.
+        reclaim_loss_s: seconds of progress a reclaim under the grace period costs it beyond
+            ``rescale_down_s`` (the work since its last checkpoint where the grace period is
+            too short to checkpoint); with forecasts it makes a planned shrink before a
+            forecast reclaim pay (coefficient (h) of the formulation). Default 0.
+        submitted_s: when it was submitted, seconds on any clock the problem's jobs share
+            (e.g. the Unix epoch); only differences between jobs are read, by the completion
+            term (i) (``Weights.completion_s``).
         rates: the job's own throughput curve (e.g.
             :func:`interstice.optimizer.learning.fit_curve` of what it reported, or
             :func:`~interstice.optimizer.learning.default_curve`), used instead of the
@@ -349,6 +363,8 @@ class Job(BaseModel):
     samples_remaining: float = Field(ge=0)
     rescale_up_s: float = Field(default=0.0, ge=0)
     rescale_down_s: float = Field(default=0.0, ge=0)
+    reclaim_loss_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    submitted_s: float = Field(default=0.0, allow_inf_nan=False)
     rates: tuple[ScalabilityPoint, ...] | None = None
 
     @cached_property
@@ -409,6 +425,10 @@ class Weights(BaseModel):
             train beyond the job's ``samples_remaining`` within the horizon, i.e. the value of
             the node time it frees by finishing early; 0 = the bare cap of (a), 1 = no cap
             (BFTrainer's MILP). 0.9 trained the most on the 24 h replay (formulation docstring).
+        completion_s: tau of the completion term (i), seconds, >= 0: a job submitted tau
+            seconds after another weighs 1/e as much (``Job.submitted_s``), so where nodes
+            are scarce the earlier jobs finish first; 0 turns it off. The default is chosen
+            in the formulation docstring, term (i).
     """
 
     model_config = Frozen
@@ -420,6 +440,7 @@ class Weights(BaseModel):
     priority: float = Field(default=1.0, ge=0)
     churn: float = Field(default=0.0, ge=0)
     early_finish: float = Field(default=0.9, ge=0, le=1)
+    completion_s: float = Field(default=COMPLETION_S, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -527,6 +548,20 @@ class Problem(BaseModel):
                 holder[node] = job.job_id
         return self
 
+    @cached_property
+    def first_submitted_s(self) -> float:
+        """The earliest ``Job.submitted_s`` of the problem's jobs (0 without jobs)."""
+        return min((job.submitted_s for job in self.jobs), default=0.0)
+
+    def completion_tilt(self, job: Job) -> float:
+        """Term (i) of the formulation: max(exp(-(s_j - s_0) / tau), ``MIN_TILT``), in (0, 1],
+        with s_j the job's ``submitted_s``, s_0 the earliest of the problem's jobs and tau
+        ``Weights.completion_s`` (1 for every job when tau is 0)."""
+        tau_s = self.weights.completion_s
+        if tau_s == 0:
+            return 1.0
+        return max(math.exp(-(job.submitted_s - self.first_submitted_s) / tau_s), MIN_TILT)
+
     def table_of(self, job: Job) -> ScalabilityTable:
         """The rates the optimizer uses for ``job``: its own ``rates``, else the table."""
         return job.own_table or self.scalability
@@ -625,7 +660,10 @@ class Problem(BaseModel):
         count = np.array([len(node_names)])
         table, lives = self.table_of(job), self.lives
         if lives is None or not lives.classes:
-            s = score_options(job, count, (spb_depth,), table, self.weights, self.horizon_s)
+            s = score_options(
+                job, count, (spb_depth,), table, self.weights, self.horizon_s,
+                self.completion_tilt(job),
+            )  # fmt: skip
             return (
                 float(s.samples_per_s[0, 0]),
                 float(s.goodput[0, 0]),
@@ -647,6 +685,7 @@ class Problem(BaseModel):
             self.horizon_s,
             lives.life_s,
             lives.classes_of(keep_order),
+            self.completion_tilt(job),
         )
         at = (0, 0, level - 1)
         return (

@@ -72,6 +72,13 @@ def replay(
         "as BFTrainer). On a 24 h replay 0.9 trained the most, 0 5 % less at --horizon 60 and "
         "57 % less at auto (optimizer/formulation.py).",
     ),
+    completion: float | None = typer.Option(
+        None,
+        "--completion-s",
+        help="Tau of the objective's completion term (i), seconds: a job submitted tau later "
+        "weighs 1/e as much, so where nodes are scarce earlier jobs finish first (0: off; "
+        "default: the optimizer's, optimizer/formulation.py).",
+    ),
     objective: str | None = typer.Option(
         None,
         help="throughput (samples), speedup (each job's term divided by its one-node rate) or "
@@ -111,6 +118,12 @@ def replay(
         "of the remaining time; F >= 0.",
     ),
     forecast_seed: int = typer.Option(0, help="Seed of the --forecast plan draws."),
+    reclaim_loss_s: float = typer.Option(
+        0.0,
+        help="Seconds of progress a reclaim costs an elastic job beyond its rescale_down_s "
+        "(the work since its last checkpoint where the grace period is too short to "
+        "checkpoint), >= 0; with forecasts a planned shrink before a forecast reclaim may pay.",
+    ),
     rigid_nodes: int | None = typer.Option(
         None, help="Node count every rigid job asks for (default: its max_nodes)."
     ),
@@ -166,6 +179,8 @@ def replay(
         ("--churn", churn),
         ("--priority-weight", priority_weight),
         ("--rate-error", rate_error),
+        ("--reclaim-loss-s", reclaim_loss_s),
+        ("--completion-s", 0.0 if completion is None else completion),
     ):
         if not 0 <= value < float("inf"):
             fail(f"{option} must be a finite number >= 0, got {value}")
@@ -266,6 +281,7 @@ def replay(
         churn=churn,
         priority=priority_weight,
         early_finish=early_finish,
+        **({} if completion is None else {"completion_s": completion}),
     )
     if objective is None:
         objective = (
@@ -282,6 +298,7 @@ def replay(
         min_solve_interval_s=min_solve_interval,
         time_limit_s=time_limit,
         weights=weights,
+        reclaim_loss_s=reclaim_loss_s,
     )
     believed = perturb(table, rate_error, rate_seed)
     console = Console(stderr=True)
@@ -361,6 +378,7 @@ def replay(
         **forecast_settings.report(),
         "rigid_nodes": rigid_nodes,
         "checkpoint_interval_s": checkpoint_interval_s,
+        "reclaim_loss_s": reclaim_loss_s,
     }
     full = report_module.build_report(settings, results)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,6 +389,7 @@ def replay(
         + (f" ({backend})" if policy == "milp" else "")
         + f"; objective {objective}, fairness {fairness:g}, churn {churn:g}, "
         f"priority exponent {priority_weight:g}, early finish {early_finish:g}, "
+        f"completion {weights.completion_s:g} s, "
         f"horizon {horizon}"
         + (f", rate error {rate_error:g}" if rate_error else "")
         + (", learning" if learn else "")

@@ -38,7 +38,10 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         A JSON-ready mapping: ``efficiency`` and ``utilization`` (fractions),
         ``samples_trained``, ``goodput_samples``, ``dedicated_samples`` (samples),
         ``goodput_samples_per_s``, node-seconds, ``harvest`` (harvested over idle
-        node-seconds), ``idle_node_hours`` and ``harvested_node_hours``, job counts,
+        node-seconds), ``harvest_ceiling`` (the harvest of the same node counts with no
+        rescale pause, i.e. at efficiency 1: what stays of 1 - ``harvest`` after every
+        pause is won back is idle node time and the jobs' sub-linear scaling, which no
+        forecast changes), ``idle_node_hours`` and ``harvested_node_hours``, job counts,
         ``last_finish_s`` (when the last finished job finished), ``jct_mean_s``,
         ``jct_p50_s``, ``jct_p95_s`` (job completion time: finish minus submission, over the
         finished jobs),
@@ -58,6 +61,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     finished = [rec for rec in jobs if rec.finished_s is not None]
     dedicated = sum(rec.dedicated_samples for rec in jobs)
     harvested_node_s = sum(_harvested_node_s(result, rec) for rec in jobs)
+    ceiling_node_s = sum(_harvested_node_s(result, rec, rec.dedicated_samples) for rec in jobs)
     jct_s = np.array([rec.finished_s - rec.arrival_s for rec in finished])
     waits_s = [rec.first_node_s - rec.arrival_s for rec in jobs if rec.first_node_s is not None]
     return {
@@ -70,6 +74,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "dedicated_samples": dedicated,
         "goodput_samples_per_s": goodput / result.duration_s,
         "harvest": harvested_node_s / result.idle_node_s if result.idle_node_s else None,
+        "harvest_ceiling": ceiling_node_s / result.idle_node_s if result.idle_node_s else None,
         "idle_node_s": result.idle_node_s,
         "allocated_node_s": result.allocated_node_s,
         "idle_node_hours": result.idle_node_s / 3600,
@@ -141,10 +146,12 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
     return figures
 
 
-def _harvested_node_s(result: ReplayResult, rec: JobRecord) -> float:
-    """One job's goodput as dedicated-node work: its samples over its model's best per-node
-    rate of progress, node-seconds (the numerator of ``harvest``)."""
-    return rec.goodput / result.best_progress_per_node_s[rec.spec.model]
+def _harvested_node_s(result: ReplayResult, rec: JobRecord, progress: float | None = None) -> float:
+    """One job's goodput (or ``progress``, samples) as dedicated-node work: the samples over
+    its model's best per-node rate of progress, node-seconds (the numerator of ``harvest``;
+    of ``harvest_ceiling`` with the job's dedicated samples)."""
+    samples = rec.goodput if progress is None else progress
+    return samples / result.best_progress_per_node_s[rec.spec.model]
 
 
 def _percentiles(values_s: list[float]) -> dict[str, float | None]:

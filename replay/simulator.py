@@ -4,8 +4,8 @@ Simulated time starts at the window's start (t = 0 s) and jumps from event to ev
 
 - a *trace event*: every node change at one timestamp. A node that becomes busy while a job
   holds it is *reclaimed*: it leaves the job at once (a *preemption* of that job), the job is
-  charged ``rescale_down_s`` without progress, and a job left below ``min_nodes`` stops (it
-  holds no node and stays admitted).
+  charged ``rescale_down_s`` (plus ``ReplayOptions.reclaim_loss_s``) without progress, and a
+  job left below ``min_nodes`` stops (it holds no node and stays admitted).
 - a *job arrival*: its submit offset from the jobs file's first job. Queued jobs are admitted
   first come first served by capacity (:func:`interstice.optimizer.admission.admit`, the
   service's rule): while the admitted jobs' usable nodes sum below the idle nodes, with
@@ -122,6 +122,11 @@ class ReplayOptions:
         time_limit_s: the solver's wall-clock limit per solve, seconds.
         weights: the objective weights.
         skip_equivalent: skip the solves that provably change nothing (module docstring).
+        reclaim_loss_s: seconds of progress a reclaim costs a job that goes on, beyond its
+            ``rescale_down_s``, >= 0: the work since its last checkpoint where the grace
+            period is too short to checkpoint (0: a reclaim costs what a shrink does). The
+            optimizer is told it (``Job.reclaim_loss_s``), so with forecasts it may shrink a
+            job before a forecast reclaim (a planned shrink).
     """
 
     max_active_jobs: int | None = None
@@ -131,6 +136,7 @@ class ReplayOptions:
     time_limit_s: float = 10.0
     weights: Weights = Weights()
     skip_equivalent: bool = True
+    reclaim_loss_s: float = 0.0
 
 
 PAUSE_CAUSES = ("start", "grow", "shrink", "depth", "reclaim")
@@ -366,7 +372,7 @@ class Replay:
         if new_count > old_count:
             cost_s, cause = rec.spec.rescale_up_s, "grow" if old_count else "start"
         elif new_count > 0:
-            cost_s = rec.spec.rescale_down_s
+            cost_s = rec.spec.rescale_down_s + (self.options.reclaim_loss_s if reclaim else 0.0)
             cause = "reclaim" if reclaim else "shrink" if new_count < old_count else "depth"
         else:
             cost_s, cause = 0.0, ""
@@ -524,6 +530,8 @@ class Replay:
             rescale_up_s=spec.rescale_up_s,
             rescale_down_s=spec.rescale_down_s,
             priority=spec.priority,
+            submitted_s=rec.arrival_s,
+            reclaim_loss_s=self.options.reclaim_loss_s,
             rates=None if self.learner is None else self.learner.rates(j, spec),
         )
 

@@ -137,6 +137,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 observations.get(job.id, []),
                 costs.get(job.id, ([], [])),
                 tuple(n for n in held.get(job.id, ()) if n in in_pool),
+                objective.reclaim_loss_s,
             )
             if candidate is not None:
                 candidates.append((job.state == "running", candidate))
@@ -182,6 +183,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 priority=objective.priority,
                 churn=objective.churn,
                 early_finish=objective.early_finish,
+                completion_s=objective.completion_s,
             ),
             horizon_s=horizon,
             time_limit_s=objective.time_limit_s,
@@ -197,6 +199,7 @@ def optimizer_job(
     observations: list[RateObservation],
     costs: tuple[list[float], list[float]],
     nodes: tuple[str, ...],
+    reclaim_loss_s: float = 0.0,
 ) -> OptimizerJob | None:
     """What the optimizer is told of ``job``; None when it can never run (``min_nodes``
     above every count its curve has).
@@ -206,7 +209,8 @@ def optimizer_job(
     (or ``learning.default_curve``) as prior. Depths: an ``spb`` job any depth of its curve,
     other parallelisms depth 0 only (their workers accept no other). Rescale costs: the
     median of the newest measured ones per direction (``costs`` = (up, down) seconds), else
-    the job's declared ``rescale_up_s``/``rescale_down_s``.
+    the job's declared ``rescale_up_s``/``rescale_down_s``; ``reclaim_loss_s``, what a
+    reclaim costs beyond a shrink, seconds, is the objective's.
     """
     in_table = table is not None and job.model in table.models
     prior: tuple[ScalabilityPoint, ...] | None = None
@@ -239,6 +243,8 @@ def optimizer_job(
         samples_remaining=max(0.0, job.total_samples - job.samples_done),
         rescale_up_s=statistics.median(up) if up else job.rescale_up_s,
         rescale_down_s=statistics.median(down) if down else job.rescale_down_s,
+        submitted_s=job.submitted_at.timestamp(),
+        reclaim_loss_s=reclaim_loss_s,
         rates=rates,
     )
 

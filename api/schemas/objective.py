@@ -18,7 +18,13 @@ class ObjectivePublic(BaseModel):
             optimizer's ``Weights`` (``node_seconds``, the default: goodput counted in
             dedicated node-seconds of work, the measure of ``harvest``; ``speedup``: divided
             by one-node rates instead; both false: raw samples; ``early_finish``: beta of
-            the objective's early-finish term, in [0, 1]).
+            the objective's early-finish term, in [0, 1]; ``completion_s``: tau of its
+            completion term, seconds, a job submitted tau later weighing 1/e as much, 0:
+            off).
+        reclaim_loss_s: seconds of progress a reclaim under the grace period costs a job
+            beyond a shrink (the work since its last checkpoint where the grace period is too
+            short to checkpoint; default 0); with forecasts (``until``) the optimizer sheds a
+            node just before its forecast reclaim where that costs less.
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
@@ -35,6 +41,8 @@ class ObjectivePublic(BaseModel):
     priority: float
     churn: float
     early_finish: float
+    completion_s: float
+    reclaim_loss_s: float
     horizon_s: float | Literal["auto"]
     backend: Backend
     time_limit_s: float
@@ -70,6 +78,8 @@ class ObjectiveUpdate(Request):
     priority: float | None = Field(default=None, ge=0, le=100)
     churn: float | None = Field(default=None, ge=0, le=1e12)
     early_finish: float | None = Field(default=None, ge=0, le=1)
+    completion_s: float | None = Field(default=None, ge=0, le=1e9)
+    reclaim_loss_s: float | None = Field(default=None, ge=0, le=1e6)
     horizon_s: float | Literal["auto"] | None = Field(
         default=None, json_schema_extra=_horizon_bounds
     )

@@ -12,6 +12,7 @@ from interstice.api.auth.tokens import Principal, audit_entry
 from interstice.api.schemas.objective import ObjectivePublic, ObjectiveUpdate
 from interstice.api.services.state import Changes
 from interstice.api.store.tables import Config
+from interstice.optimizer.problem import COMPLETION_S
 from sqlalchemy.orm import Session
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ DEFAULT_OBJECTIVE: dict[str, Any] = {
     "priority": 1.0,
     "churn": 0.0,
     "early_finish": 0.9,
+    "completion_s": COMPLETION_S,
+    "reclaim_loss_s": 0.0,
     "horizon_s": "auto",
     "backend": "cpsat",
     "time_limit_s": 0.2,

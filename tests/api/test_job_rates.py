@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from api_helpers import SCALABILITY_CSV, beat, start_job
 from interstice.api.control.loop import build_problem, optimizer_job
-from interstice.api.store.tables import Job, JobRate
+from interstice.api.store.tables import Job, JobRate, utcnow
 from interstice.optimizer import ScalabilityTable
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import select
@@ -61,6 +61,7 @@ def test_the_optimizer_gets_the_fitted_curve_and_measured_costs() -> None:
         rescale_up_s=18.0,
         rescale_down_s=12.0,
         spb_depth=0,
+        submitted_at=utcnow(),
     )
     plain = optimizer_job(job, TABLE, [], ([], []), ())
     assert plain is not None
@@ -98,6 +99,7 @@ def test_a_splitbrain_job_is_only_ever_offered_depth_zero() -> None:
         rescale_up_s=1.0,
         rescale_down_s=1.0,
         spb_depth=0,
+        submitted_at=utcnow(),
     )
     told = optimizer_job(job, TABLE, [], ([], []), ())
     assert told is not None and told.spb_depths == (0,)

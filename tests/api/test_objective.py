@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from api_helpers import SCALABILITY_CSV
@@ -25,6 +25,8 @@ def test_objective_defaults_changes_and_audit(api) -> None:
         "priority": 1.0,
         "churn": 0.0,
         "early_finish": 0.9,
+        "completion_s": 100_000.0,
+        "reclaim_loss_s": 0.0,
         "horizon_s": "auto",
         "backend": "cpsat",
         "time_limit_s": 0.2,
@@ -57,6 +59,10 @@ def test_bad_objective_values_name_the_field(api) -> None:
     r = api.call("PUT", "/v1/objective", "admin", json={"early_finish": 1.5})
     assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
         (["body", "early_finish"], "Input should be less than or equal to 1")
+    ]
+    r = api.call("PUT", "/v1/objective", "admin", json={"completion_s": -60})
+    assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+        (["body", "completion_s"], "Input should be greater than or equal to 0")
     ]
     r = api.call("PUT", "/v1/objective", "admin", json={"relative_gap": 1})
     assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
@@ -123,13 +129,21 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         "priority": 0.0,
         "churn": 0.1,
         "early_finish": 0.0,
+        "completion_s": 7200.0,
     }
-    limits = {"time_limit_s": 3.0, "relative_gap": 0.01}
+    limits = {"time_limit_s": 3.0, "relative_gap": 0.01, "reclaim_loss_s": 45.0}
     assert api.call("PUT", "/v1/objective", "admin", json=weights | limits).status_code == 200
     api.register("n1", report_idle=True)
-    api.submit(min_nodes=1, max_nodes=1)
+    api.register("n2", report_idle=True)
+    first, second = api.submit(min_nodes=1, max_nodes=1), api.submit(min_nodes=1, max_nodes=1)
     problem, _ = build_problem(api.app.state.service)
     assert problem.weights == Weights(**weights)
+    # Term (i) reads each job's submission time, seconds since the epoch.
+    by_id = {job.job_id: job for job in problem.jobs}
+    for body in (first, second):
+        submitted = datetime.fromisoformat(body["submitted_at"]).timestamp()
+        assert by_id[body["job_id"]].submitted_s == pytest.approx(submitted, abs=1e-3)
+        assert by_id[body["job_id"]].reclaim_loss_s == 45.0
     assert (problem.time_limit_s, problem.relative_gap) == (3.0, 0.01)
 
 

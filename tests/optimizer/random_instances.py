@@ -9,6 +9,7 @@ here, and scores it with Problem.evaluate.
 """
 
 import itertools
+import math
 import random
 
 import pytest
@@ -96,8 +97,14 @@ def random_problem(rng: random.Random) -> Problem:
         churn=rng.choice([0.0, rng.uniform(0, 0.5)]),
         early_finish=rng.choice([0.0, 0.9, 1.0, rng.uniform(0, 1)]),
     )
+    horizon_s = rng.uniform(10, 200)
+    # Term (i): one instance in three tilts toward the earlier jobs (drawn last, so the
+    # draws above are those of the instances before it).
+    if rng.random() < 1 / 3:
+        weights = weights.model_copy(update={"completion_s": rng.uniform(60, 3600)})
+        jobs = [job.model_copy(update={"submitted_s": rng.uniform(0, 3600)}) for job in jobs]
     return Problem(idle_nodes=tuple(nodes), jobs=tuple(jobs), scalability=table,
-                   weights=weights, horizon_s=rng.uniform(10, 200))  # fmt: skip
+                   weights=weights, horizon_s=horizon_s)  # fmt: skip
 
 
 def curve_of(problem: Problem, job: Job) -> ScalabilityTable:
@@ -191,9 +198,24 @@ def random_forecast_problem(rng: random.Random) -> Problem:
             )
     if not forecast:
         forecast[problem.idle_nodes[0]] = rng.uniform(0, horizon_s)
-    fields = {name: getattr(problem, name) for name in Problem.model_fields}
+    # One job in two loses more to a reclaim than to a shrink (drawn last, as above).
+    jobs = tuple(
+        job.model_copy(update={"reclaim_loss_s": rng.uniform(0, 60)}) if rng.random() < 0.5
+        else job
+        for job in problem.jobs
+    )  # fmt: skip
+    fields = {name: getattr(problem, name) for name in Problem.model_fields} | {"jobs": jobs}
     return Problem(**{**fields, "idle_forecast_s": forecast,
                       "forecast_classes": rng.randint(1, 3)})  # fmt: skip
+
+
+def completion_tilt(problem: Problem, job: Job) -> float:
+    """Term (i) written out: exp(-(t_j - t_0) / tau), floored at 1e-6; 1 when tau = 0."""
+    tau_s = problem.weights.completion_s
+    if tau_s == 0:
+        return 1.0
+    first_s = min(one.submitted_s for one in problem.jobs)
+    return max(math.exp(-(job.submitted_s - first_s) / tau_s), 1e-6)
 
 
 def keep_order(problem: Problem, nodes) -> list[str]:
@@ -207,7 +229,7 @@ def forecast_trained(problem: Problem, job: Job, names, depth: int, level: int) 
     """Samples ``job`` trains within the horizon on ``names`` at ``depth`` with its new nodes
     counted at class ``level``'s life, by coefficient (h) written out event by event: the
     kept held nodes leave at their class's life, a fall in the count pauses the job
-    rescale_down_s (pause end = max(previous end, t + rescale_down_s)), a fall below
+    rescale_down_s + reclaim_loss_s (pause end = max(previous end, t + both)), a fall below
     min_nodes stops it."""
     lives, horizon_s = problem.lives, problem.horizon_s
     life_of = {k + 1: float(t) for k, t in enumerate(lives.life_s)}
@@ -238,7 +260,8 @@ def forecast_trained(problem: Problem, job: Job, names, depth: int, level: int) 
             if left < job.min_nodes:
                 stopped, count = True, 0
             elif left < count:
-                pause_end_s, count = max(pause_end_s, t + job.rescale_down_s), left
+                reclaimed_s = t + job.rescale_down_s + job.reclaim_loss_s
+                pause_end_s, count = max(pause_end_s, reclaimed_s), left
         since_s = t
     return total
 
@@ -246,7 +269,7 @@ def forecast_trained(problem: Problem, job: Job, names, depth: int, level: int) 
 def forecast_worst(problem: Problem, job: Job, names, depth: int) -> tuple[float, float]:
     """``(value, goodput)`` of ``job`` on ``names`` at ``depth`` by coefficient (h) written
     out: its new nodes at the level of the shortest-lived of them, worth the least of levels
-    L..K+1 (ties: the lowest level); eqs. (a), (c)-(g) on that level's samples."""
+    L..K+1 (ties: the lowest level); eqs. (a), (c)-(g) and (i) on that level's samples."""
     from interstice.optimizer.objective import option_value
 
     lives = problem.lives
@@ -258,7 +281,8 @@ def forecast_worst(problem: Problem, job: Job, names, depth: int) -> tuple[float
     for at in range(level, lives.classes + 2):
         trained = forecast_trained(problem, job, names, depth, at)
         goodput, value = option_value(job, count, trained, rescaled, True, curve_of(problem, job),
-                                      problem.weights, problem.horizon_s)  # fmt: skip
+                                      problem.weights, problem.horizon_s,
+                                      completion_tilt(problem, job))  # fmt: skip
         if worst is None or value < worst[0]:
             worst = (float(value), float(goodput))
     return worst

@@ -271,3 +271,21 @@ def test_a_level_is_worth_the_least_that_its_node_sets_earn() -> None:
         if instance.lives.classes:  # n2 leaves at 100 s: the samples behind 72,848.875
             trained = forecast_trained(instance, one, ["n1", "n2"], 0, level=1)
             assert trained == pytest.approx(60 * 90 + 100 * 199)
+
+
+@pytest.mark.parametrize(("loss_s", "kept", "value"), [(60.0, 2, 59_000.0), (0.0, 3, 60_000.0)])
+def test_a_planned_shrink_before_a_forecast_reclaim_pays_where_a_reclaim_costs_more(
+    loss_s: float, kept: int, value: float
+) -> None:
+    # Job a holds n1..n3 (down 5 s); n3 is forecast to leave at 10 s. Keeping it: 3 nodes
+    # for 10 s (3,000 samples), then the reclaim pauses a to 10 + 5 + loss_s and it goes on
+    # on 2 nodes: 3,000 + 200 (285 - loss_s). A planned shrink now: paused to 5 s, then 2
+    # nodes, 200 x 295 = 59,000. With a reclaim that loses 60 s more than a shrink, keeping
+    # is worth 48,000 and a sheds n3 now; with none (the replay's default), 60,000: a keeps
+    # it until the reclaim. The shrink pays once loss_s > 5 s.
+    lossy = job("a", ("n1", "n2", "n3"), up_s=10, down_s=5, reclaim_loss_s=loss_s)
+    instance = problem(3, (lossy,), {"n3": 10.0})
+    for answer in [solve(instance, backend) for backend in BACKENDS] + [greedy(instance)]:
+        assert instance.evaluate(answer) == pytest.approx(answer.objective)
+        assert answer.jobs[0].node_names == ("n1", "n2", "n3")[:kept]
+        assert answer.objective == pytest.approx(value)

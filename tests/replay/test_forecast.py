@@ -24,7 +24,7 @@ from interstice.replay.forecast import ForecastSettings, HoleForecasts
 from interstice.replay.horizon import FixedHorizon
 from interstice.replay.jobs import JobSpec
 from interstice.replay.report import summarize
-from interstice.replay.simulator import replay
+from interstice.replay.simulator import ReplayOptions, replay
 from interstice.replay.trace import load_trace
 from replay_inputs import TINY_TABLE
 from typer.testing import CliRunner
@@ -147,3 +147,52 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
         result = runner.invoke(app, ["replay", *args, "--out", str(tmp_path), *extra])
         assert result.exit_code == 2
         assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+PLANNED = """timestamp,node,state
+2021-02-01T00:00:00,n1,idle
+2021-02-01T00:00:00,n2,idle
+2021-02-01T00:00:00,n3,idle
+2021-02-01T00:00:00,n4,busy
+2021-02-01T00:06:30,n4,idle
+2021-02-01T00:06:40,n3,busy
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "loss_s", "goodput", "preemptions", "causes"),
+    [
+        ("exact", 60.0, 136_000, 0, {"start", "shrink", "grow"}),
+        ("exact", 0.0, 138_000, 1, {"start", "grow"}),
+        ("none", 60.0, 124_500, 1, {"start", "reclaim"}),
+    ],
+)
+def test_a_planned_shrink_before_a_forecast_reclaim(
+    tmp_path: Path, mode: str, loss_s: float, goodput: float, preemptions: int, causes: set
+) -> None:
+    # n3 is reclaimed at 400 s, beyond H = 300 s at the start, so A starts on n1..n3; n4
+    # turns idle at 390 s (an event, so a solve). Window 0..500, job A as above (up 20 s,
+    # down 5 s), a reclaim losing loss_s more than a shrink.
+    # - exact, 60 s: at 390 s keeping n3 is worth 300 x 10 + 200 x (690 - 465) = 48,000,
+    #   shedding it now 200 x 295 = 59,000: a planned shrink, paused to 395 s. At 400 s A
+    #   grows onto n4 (84,000 over H against 60,000), paused to 420 s. Goodput 300 x 370 +
+    #   200 x 5 + 300 x 80 = 136,000.
+    # - exact, 0 s: keeping n3 is worth 3,000 + 200 x 285 = 60,000 > 59,000: A keeps it to
+    #   its reclaim at 400 s and grows onto n4 then: 300 x 380 + 300 x 80 = 138,000 (the
+    #   grow's pause, to 420 s, outlasts the reclaim's, so the pause counts as the grow's).
+    # - none, 60 s: the reclaim at 400 s pauses A to 465 s, past the grow's 420 s:
+    #   114,000 + 300 x 35 = 124,500.
+    path = tmp_path / "planned.csv"
+    path.write_text(PLANNED)
+    planned = load_trace(path)
+    holes = None
+    if mode != "none":
+        holes = HoleForecasts(planned, 0.0, None, ForecastSettings(mode)).remaining_s
+    table = ScalabilityTable.from_csv(TINY_TABLE)
+    result = replay(planned.window(0, 500), [JOB], table, lambda p: solve(p, "cpsat"),
+                    horizon=FixedHorizon(300), options=ReplayOptions(reclaim_loss_s=loss_s),
+                    name="milp", forecast=holes)  # fmt: skip
+    (a,) = result.jobs
+    assert a.goodput == pytest.approx(goodput)
+    assert a.preemptions == preemptions
+    assert {cause for cause, lost in a.pause_loss.items() if lost > 0} == causes

@@ -30,6 +30,9 @@ def test_harvest_jct_and_wait(inputs):
     # 100 samples/s per node at best: 525 dedicated node-seconds over 640 idle ones.
     assert figures["harvest"] == pytest.approx(525 / 640)
     assert figures["harvested_node_hours"] == pytest.approx(525 / 3600)
+    # Without the pauses the same counts give 300 x 30 + 300 x 30 + 400 x 40 + 300 x 100 =
+    # 64,000 samples: every idle node-second at the best per-node rate (linear scaling).
+    assert figures["harvest_ceiling"] == pytest.approx(64_000 / 100 / 640)
     assert figures["idle_node_hours"] == pytest.approx(640 / 3600)
     assert figures["jobs_finished"] == 1
     assert (figures["jct_mean_s"], figures["jct_p50_s"], figures["jct_p95_s"]) == (30, 30, 30)

@@ -68,6 +68,7 @@ def test_early_finish_weight_reaches_the_objective(tiny_files: dict[str, Path], 
         assert result.exit_code == 0, result.stderr
         report = json.loads((out / "report.json").read_text())
         assert report["settings"]["weights"]["early_finish"] == float(beta)
+        assert report["settings"]["weights"]["completion_s"] == 100_000.0  # the default
         goodput[beta] = report["policies"]["milp"]["goodput_samples"]
     assert goodput["0"] < goodput["0.9"]
 
@@ -109,6 +110,8 @@ BAD_ARGS = [
     (["--nodes", "0"], "--nodes must be within 1..4"),
     (["--early-finish", "2"], "--early-finish must be within [0, 1]"),
     (["--early-finish", "-0.1"], "--early-finish must be within [0, 1]"),
+    (["--completion-s", "-1"], "--completion-s must be a finite number >= 0"),
+    (["--reclaim-loss-s", "nan"], "--reclaim-loss-s must be a finite number >= 0"),
     (["--objective", "joy"], "--objective must be one of throughput, speedup, node-seconds"),
     (["--fairness", "-1"], "--fairness must be a finite number >= 0"),
     (["--churn", "inf"], "--churn must be a finite number >= 0"),

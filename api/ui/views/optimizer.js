@@ -22,6 +22,8 @@ const FIELDS = [
   ["priority", "number", "exponent of job priorities"],
   ["churn", "number", "penalty per rescale"],
   ["early_finish", "number", "beta of the early-finish term, 0..1"],
+  ["completion_s", "number", "tau of the completion term, seconds (0: off)"],
+  ["reclaim_loss_s", "number", "what a reclaim costs a job beyond a shrink, seconds"],
   ["horizon_s", "text", "forecast horizon, seconds, or auto"],
   ["backend", "select", "MILP backend"],
   ["time_limit_s", "number", "solver time limit, seconds"],
