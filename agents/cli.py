@@ -169,6 +169,14 @@ def agent(
     checkpoint_every: Annotated[
         int, typer.Option(min=1, help="Workers checkpoint every this many steps (and on stop).")
     ] = 50,
+    warm_before_register_s: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Longest wait, seconds, for the spare launcher to import torch before the "
+            "agent registers (so a first start pays no import); 0 registers at once.",
+        ),
+    ] = 60.0,
     log_level: Annotated[str, typer.Option(help="Logging level of the agent.")] = "INFO",
 ) -> None:
     """Run this node's agent: register, heartbeat, and run the service's commands.
@@ -214,5 +222,6 @@ def agent(
         poll_wait_s=poll_wait_s,
         join_timeout_s=join_timeout_s,
         checkpoint_every=checkpoint_every,
+        warm_before_register_s=warm_before_register_s,
     )
     raise typer.Exit(Agent(config).run())
