@@ -68,14 +68,11 @@ def _assign_by_life(
     ]
     in_use = {node for names in kept for node in names}
     free = lives.keep_order([node for node in problem.idle_nodes if node not in in_use])
-    job_of = problem.jobs.__getitem__
+    # what a reclaim of each job costs, and the restart it may force, seconds
+    reclaim_s = [job.rescale_down_s + job.reclaim_loss_s + job.rescale_up_s for job in problem.jobs]
     growing = sorted(
         (j for j, n in enumerate(counts) if n > len(kept[j])),
-        key=lambda j: (
-            -levels[j],
-            -(job_of(j).rescale_down_s + job_of(j).reclaim_loss_s + job_of(j).rescale_up_s),
-            j,
-        ),
+        key=lambda j: (-levels[j], -reclaim_s[j], j),
     )
     taken = 0
     for j in growing:
