@@ -53,6 +53,11 @@ class Metrics:
         self.rescales = Counter(
             "interstice_rescales", "Job rescales by reason", ["reason"], registry=r
         )
+        self.agents_lost = Counter(
+            "interstice_agents_lost",
+            "Agents marked lost: silent for missed_heartbeats_lost heartbeat intervals",
+            registry=r,
+        )
         self.lifetime = {
             name: Gauge(f"interstice_{name}", f"{help}, over the service's lifetime", registry=r)
             for name, help in (

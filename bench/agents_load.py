@@ -21,7 +21,9 @@ JSON lines:
   over the phase's wall seconds (1.0 = one core busy), ``client_cpu_share`` (this load
   generator's), ``client_gc_pause_max_s`` (this process's longest garbage collection: it
   stops every simulated agent at once; ``--client-gc-freeze-s``), with the machine's
-  ``load1_at_end``.
+  ``load1_at_end``, and from the service's /metrics its ``solves``, ``solve_s_sum``,
+  ``solver_status`` and ``agents_lost`` (each time it marked an agent lost since it started,
+  registration included: all false, as every simulated agent keeps polling).
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
@@ -206,11 +208,14 @@ async def scheduler(
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
-def solver_summary(metrics_text: str) -> dict[str, object]:
-    """Solve count, mean solve time and statuses from the service's /metrics."""
+def metrics_summary(metrics_text: str) -> dict[str, object]:
+    """From the service's /metrics: solve count, total solve time, statuses, and the agents
+    it marked lost over its lifetime (registration and warm-up included)."""
     summary: dict[str, object] = {"solver_status": {}}
     for line in metrics_text.splitlines():
-        if line.startswith("interstice_solve_seconds_count"):
+        if line.startswith("interstice_agents_lost_total "):
+            summary["agents_lost"] = float(line.split()[-1])
+        elif line.startswith("interstice_solve_seconds_count"):
             summary["solves"] = float(line.split()[-1])
         elif line.startswith("interstice_solve_seconds_sum"):
             summary["solve_s_sum"] = float(line.split()[-1])
@@ -275,7 +280,11 @@ async def simulate(args: argparse.Namespace, url: str) -> None:
         began = time.perf_counter()
         gate = asyncio.Semaphore(50)
 
+        beat_in_poll_s = None if args.separate_heartbeats else args.heartbeat_s
+
         async def register(i: int) -> tuple[httpx.AsyncClient, str, str] | None:
+            """Register agent ``i`` and start its loops at once, as a real agent does (the
+            others still registering: at 10,000 agents that takes longer than a lease)."""
             node = f"node{i:05d}"
             own = clients[i]
             async with gate:
@@ -291,7 +300,19 @@ async def simulate(args: argparse.Namespace, url: str) -> None:
                         "report_idle": True,
                     },
                 )
-            return (own, r.json()["agent_id"], node) if r is not None and r.is_success else None
+            if r is None or not r.is_success:
+                return None
+            agent_id = r.json()["agent_id"]
+            tasks.append(
+                asyncio.create_task(agent_loop(own, stats, agent_id, node, stop, beat_in_poll_s))
+            )
+            if args.separate_heartbeats:
+                tasks.append(
+                    asyncio.create_task(
+                        heartbeat_loop(own, stats, agent_id, args.heartbeat_s, stop)
+                    )
+                )
+            return own, agent_id, node
 
         agents = [a for a in await asyncio.gather(*(register(i) for i in range(args.agents))) if a]
         print(
@@ -305,16 +326,6 @@ async def simulate(args: argparse.Namespace, url: str) -> None:
             ),
             flush=True,
         )
-        beat_in_poll_s = None if args.separate_heartbeats else args.heartbeat_s
-        tasks += [
-            asyncio.create_task(agent_loop(c, stats, a, n, stop, beat_in_poll_s))
-            for c, a, n in agents
-        ]
-        if args.separate_heartbeats:
-            tasks += [
-                asyncio.create_task(heartbeat_loop(c, stats, a, args.heartbeat_s, stop))
-                for c, a, _ in agents
-            ]
         user = {"Authorization": f"Bearer {args.tokens['user']}"}
         for _ in range(max(1, args.agents // 20)):
             await request(
@@ -359,7 +370,7 @@ async def simulate(args: argparse.Namespace, url: str) -> None:
         server_cpu_share = (sum(server.cpu_times()[:2]) - cpu_before) / elapsed
         client_cpu_share = (sum(psutil.Process().cpu_times()[:2]) - own_cpu_before) / elapsed
         metrics_text = (await client.get("/metrics")).text
-        solver = solver_summary(metrics_text)
+        solver = metrics_summary(metrics_text)
         if os.environ.get("BENCH_DUMP_METRICS"):
             Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
     except asyncio.CancelledError:  # --max-run-s ran out: say how far the run got

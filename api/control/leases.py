@@ -204,6 +204,7 @@ def sweep(service: Service) -> None:
         state.agents_gone(session, lost, "lost", changes)  # one rescale per job
         service.agent_counts.record(wall, len(alive) - len(silent))
     service.leases.mark_lost(silent)
+    service.metrics.agents_lost.inc(len(silent))
     service.after_commit(changes)
     fresh = [
         {"id": a, "last_heartbeat_at": wall - timedelta(seconds=now - leases[a])}

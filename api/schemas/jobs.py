@@ -10,7 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from interstice.wire import CommandKind, JobState, Parallelism
 
 RescaleReason = Literal[
-    "allocation", "reclaim", "agent_lost", "agent_left", "finished", "cancelled", "failed"
+    "allocation",
+    "reclaim",
+    "agent_lost",
+    "agent_left",
+    "command_failed",
+    "finished",
+    "cancelled",
+    "failed",
 ]
 
 

@@ -477,10 +477,14 @@ def ack_command(
     A failed ack is recorded on the command; a failed ``start`` or ``rescale`` fails its job
     at once when ``job_failed`` (the reason is the job's own: bad command, missing script,
     crashed workers), with the error, and is otherwise counted on the job: a job whose
-    commands failed ``max_failures`` times is ``failed``. Either way its nodes are freed. A
-    failed ``stop`` is recorded only: it means the node ran none of the job's workers (e.g.
-    the ``start`` it would undo was superseded before the agent ran it), so the job lost
-    nothing.
+    commands failed ``max_failures`` times is ``failed``, its nodes freed. Below that, a
+    failure of the job's current generation (a node-side reason: its rendezvous did not
+    complete) means the generation cannot form, so the job is released from all its nodes
+    (rescale reason ``command_failed``, the job ``queued``) and the next solve starts a new
+    generation, on the same or other nodes; a failure of an older generation changes
+    nothing. A failed ``stop`` is recorded only: it means the node ran none of the job's
+    workers (e.g. the ``start`` it would undo was superseded before the agent ran it), so
+    the job lost nothing.
 
     Raises:
         NotFound: no such command for this agent.
@@ -508,4 +512,14 @@ def ack_command(
                 f"{command.error}"
             )
             end_job(session, job, "failed", changes=changes, error=reason)
+        elif command.rendezvous_id == f"{job.job_id}-g{job.generation}":
+            move_job(
+                session,
+                job,
+                [],
+                job.spb_depth,
+                reason="command_failed",
+                deadline=utcnow() + timedelta(seconds=job.rescale_down_s),
+                changes=changes,
+            )
     return command

@@ -224,6 +224,8 @@ def test_a_lost_agent_leaves_the_pool_and_its_job_shrinks(make_api) -> None:
         assert nodes["n2"]["allocatable"] is False
         assert nodes["n1"]["agent"]["state"] == "alive"
         assert api.job(job["job_id"])["rescales"][-1]["reason"] == "agent_lost"
+        metrics = api.call("GET", "/metrics", "admin").text
+        assert "interstice_agents_lost_total 1.0" in metrics.splitlines()
 
 
 def test_agent_leave_releases_its_node_at_once(api) -> None:
@@ -236,20 +238,35 @@ def test_agent_leave_releases_its_node_at_once(api) -> None:
 
 
 def test_failed_acks_are_recorded_and_fail_the_job(make_api) -> None:
+    # Each failed start of the current generation releases the job and the next solve
+    # starts another generation; the second failure (max_command_failures) fails the job.
     with make_api(max_command_failures=2) as api:
         agents, job, starts = _start_two_node_job(api)
-        for node, agent in agents.items():
-            (c,) = starts[node]
+        j = job["job_id"]
+        for failure, node in enumerate(("n1", "n2")):
+            generation = 1 + 2 * failure  # 1, then 3 (2 released the job's nodes)
+            api.wait_for(lambda g=generation: api.job(j)["generation"] == g)
+            (c,) = [
+                c
+                for c in api.poll(agents[node], wait=0)
+                if c["kind"] == "start" and c["rendezvous_id"] == f"{j}-g{generation}"
+            ]
             r = api.call(
                 "POST",
-                f"/v1/agents/{agent}/commands/{c['command_id']}/ack",
+                f"/v1/agents/{agents[node]}/commands/{c['command_id']}/ack",
                 "agent",
                 json={"ok": False, "error": f"no module on {node}"},
             )
             assert r.status_code == 200
-        shown = api.job(job["job_id"])
+        shown = api.job(j)
         assert [e["error"] for e in shown["errors"]] == ["no module on n1", "no module on n2"]
         assert (shown["state"], shown["nodes"]) == ("failed", [])
+        assert [e["reason"] for e in shown["rescales"]] == [
+            "allocation",
+            "command_failed",
+            "allocation",
+            "failed",
+        ]
 
 
 def test_a_failed_stop_is_recorded_but_does_not_fail_the_job(make_api) -> None:

@@ -108,20 +108,52 @@ def test_an_ack_with_job_failed_fails_the_job_at_once(api) -> None:
     assert [e["error"] for e in shown["errors"]] == ["missing.py: no such file"]
 
 
-def test_a_node_side_failure_is_counted_not_fatal(api) -> None:
+def test_a_node_side_failure_restarts_the_generation(api) -> None:
+    # Generation 3 cannot form (its rendezvous failed on n1): the job is released from its
+    # nodes at once (generation 4, no node) and the next solve starts generation 5; the
+    # failure is counted (max_command_failures is 3), not fatal.
     agents, job, _ = start_job(api, ["n1"])
+    j = job["job_id"]
     api.node_events(("b1", "n1", "busy", 0), ("i1", "n1", "idle", 0))
-    api.wait_for(lambda: api.job(job["job_id"])["generation"] == 3)
+    api.wait_for(lambda: api.job(j)["generation"] == 3)
     (start,) = [c for c in api.poll(agents["n1"], wait=0) if c["kind"] == "start"]
+    assert start["rendezvous_id"] == f"{j}-g3"
     r = api.call(
         "POST",
         f"/v1/agents/{agents['n1']}/commands/{start['command_id']}/ack",
         "agent",
-        json={"ok": False, "error": "rendezvous j-1-g3 not complete in 90 s"},
+        json={"ok": False, "error": f"rendezvous {j}-g3 not complete in 90 s"},
     )
     assert r.status_code == 200
-    shown = api.job(job["job_id"])
-    assert (shown["state"], shown["error"]) == ("running", None)
+    api.wait_for(lambda: api.job(j)["generation"] == 5)
+    shown = api.job(j)
+    assert (shown["state"], shown["error"], shown["nodes"]) == ("running", None, ["n1"])
+    reasons = [(e["generation"], e["reason"], e["to_nodes"]) for e in shown["rescales"][-2:]]
+    assert reasons == [(4, "command_failed", []), (5, "allocation", ["n1"])]
+    kinds = [(c["kind"], c["rendezvous_id"]) for c in api.poll(agents["n1"], wait=0)]
+    assert kinds == [("stop", f"{j}-g2"), ("stop", f"{j}-g4"), ("start", f"{j}-g5")]  # g2: b1
+
+
+def test_a_failure_of_an_older_generation_changes_nothing(api) -> None:
+    # The rescale to generation 2 supersedes n1's start of generation 1; the agent's late
+    # failed ack of that start is the service's record (ok: superseded) and moves nothing.
+    agents = {n: api.register(n) for n in ("n1", "n2")}
+    api.node_events(("e1", "n1", "idle", 0))
+    job = api.submit(min_nodes=1, max_nodes=2)
+    j = job["job_id"]
+    api.wait_for(lambda: api.job(j)["nodes"] == ["n1"])
+    (first,) = api.poll(agents["n1"], wait=0)
+    api.node_events(("e2", "n2", "idle", 0))
+    api.wait_for(lambda: api.job(j)["generation"] == 2)
+    r = api.call(
+        "POST",
+        f"/v1/agents/{agents['n1']}/commands/{first['command_id']}/ack",
+        "agent",
+        json={"ok": False, "error": f"rendezvous {j}-g1 not complete in 90 s"},
+    )
+    assert r.status_code == 200 and r.json()["ok"] is True
+    shown = api.job(j)
+    assert (shown["state"], shown["generation"], shown["nodes"]) == ("running", 2, ["n1", "n2"])
 
 
 def _write_logs(job_dir: str, texts: dict[str, str], rank: int = 0) -> None:
