@@ -132,6 +132,11 @@ def median_idle_since(session: Session, pool_size: int) -> list[datetime]:
     return list(session.scalars(middle.limit(2 - pool_size % 2)))
 
 
+def rendezvous_id(job: Job) -> str:
+    """The rendezvous id of ``job``'s current generation: ``<job id>-g<generation>``."""
+    return f"{job.job_id}-g{job.generation}"
+
+
 def unchanged(job: Job, from_nodes: list[str], to_nodes: list[str], to_depth: int) -> bool:
     """Whether moving ``job`` from ``from_nodes`` to ``to_nodes`` at ``to_depth`` (both
     sorted) changes nothing: the same nodes and the same depth, or no node either way."""
@@ -170,7 +175,7 @@ def move_job(
     }
     job.generation += 1
     job.generation_step = None
-    rendezvous_id = f"{job.job_id}-g{job.generation}"
+    newest = rendezvous_id(job)
     endpoint = ""
     if to_nodes:
         first = agents.get(to_nodes[0])
@@ -195,7 +200,7 @@ def move_job(
             kind=kind,
             world_size=len(to_nodes),
             rendezvous_endpoint=endpoint,
-            rendezvous_id=rendezvous_id,
+            rendezvous_id=newest,
             spb_depth=to_depth,
             deadline=deadline,
             created_at=now,
@@ -337,7 +342,7 @@ def record_report(
     if job is None or job.state not in ACTIVE_JOB_STATES:
         return
     now = utcnow()
-    newest = f"{job.job_id}-g{job.generation}"
+    newest = rendezvous_id(job)
     current = beat.rendezvous_id in (None, newest)
     advanced = beat.step is not None and (job.last_step is None or beat.step > job.last_step)
     if beat.samples_done is not None and beat.samples_done > job.samples_done:
@@ -512,7 +517,7 @@ def ack_command(
                 f"{command.error}"
             )
             end_job(session, job, "failed", changes=changes, error=reason)
-        elif command.rendezvous_id == f"{job.job_id}-g{job.generation}":
+        elif command.rendezvous_id == rendezvous_id(job):
             move_job(
                 session,
                 job,
