@@ -11,10 +11,10 @@ must reach the leader's control loop: :class:`PostgresRelay` sends both over Pos
 wake-ups stay in it.
 
 In one process no wake-up can be lost, so the notifier also knows which agents have no
-pending command (their last read found none and nothing woke them since): their long-polls
-skip the database read (:meth:`Notifier.known_clear`), the read that cost a fifth of the
-service's time at 5,000 agents. With a relay every poll reads, as a lost ``NOTIFY`` must not
-hide a command.
+pending command: their last read found none, or every command it found has been
+acknowledged since, and nothing woke them since. Their long-polls skip the database read
+(:meth:`Notifier.known_clear`), the read that cost a fifth of the service's time at 5,000
+agents. With a relay every poll reads, as a lost ``NOTIFY`` must not hide a command.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import psycopg
 from sqlalchemy import make_url
@@ -47,6 +47,8 @@ class Notifier:
         self._closed = False
         self._woken: dict[int, int] = {}  # wake-ups per agent so far
         self._clear: set[int] = set()  # agents known to have no pending command
+        # per agent, what its last read found: (that read's mark, command ids not yet acked)
+        self._delivered: dict[int, tuple[int, set[int]]] = {}
         self.relay: Callable[[list[int]], None] = lambda ids: None
         """Sends the ids :meth:`wake` sets to the other replicas (set by the relay)."""
         self.wakes_complete = True
@@ -70,11 +72,31 @@ class Notifier:
         """A mark to pass to :meth:`found` for a read that starts now (on the event loop)."""
         return self._woken.get(agent_id, 0)
 
-    def found(self, agent_id: int, mark: int, pending: int) -> None:
-        """Record what a read begun at ``mark`` found: ``pending`` commands (event loop)."""
-        if pending:
+    def found(self, agent_id: int, mark: int, command_ids: Sequence[int]) -> None:
+        """Record what a read begun at ``mark`` found: the ids of the agent's pending
+        commands (event loop)."""
+        if command_ids:
             self._clear.discard(agent_id)
-        elif self.wakes_complete and self._woken.get(agent_id, 0) == mark:
+            self._delivered[agent_id] = (mark, set(command_ids))
+        else:
+            self._delivered.pop(agent_id, None)
+            self._clear_if_unwoken(agent_id, mark)
+
+    def acked(self, agent_id: int, command_id: int) -> None:
+        """Record a committed acknowledgement (event loop): once every command of the
+        agent's last read is acknowledged and nothing woke the agent since that read began,
+        it has no pending command."""
+        found = self._delivered.get(agent_id)
+        if found is None:
+            return
+        mark, pending = found
+        pending.discard(command_id)
+        if not pending:
+            del self._delivered[agent_id]
+            self._clear_if_unwoken(agent_id, mark)
+
+    def _clear_if_unwoken(self, agent_id: int, mark: int) -> None:
+        if self.wakes_complete and self._woken.get(agent_id, 0) == mark:
             self._clear.add(agent_id)  # no command was written since the read began
 
     def known_clear(self, agent_id: int) -> bool:

@@ -136,7 +136,7 @@ async def pending_commands(service: Service, number: int, wait_s: float) -> Comm
         answer = await anyio.to_thread.run_sync(
             agents.commands, service, number, limiter=service.poll_reads
         )
-        notifier.found(number, mark, answer.count)
+        notifier.found(number, mark, [c.command_id for c in answer.data])
         return answer
 
     answer = NO_COMMANDS if notifier.known_clear(number) else await read()

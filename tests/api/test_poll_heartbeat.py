@@ -94,3 +94,26 @@ def test_a_quiet_agents_requests_use_no_worker_thread(api: Api, monkeypatch) -> 
     assert hops == reads
     assert api.call("GET", "/v1/agents", "admin").status_code == 200  # a sync route does hop
     assert hops
+
+
+def test_an_agent_that_acked_its_commands_polls_without_a_read(api: Api, monkeypatch) -> None:
+    """Once every command an agent was given is acknowledged and none was written since,
+    its next poll answers from memory (SQLite: every command written wakes its agent here);
+    the next command written is read and answered."""
+    agents, job, _ = start_job(api, ["n1"])  # the start is polled, then acknowledged
+    agent = agents["n1"]
+    hops: list[object] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        hops.append(func)
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    assert _poll(api, agent, {"job_id": job["job_id"]}) == []
+    one_process = api.app.state.service.notifier.wakes_complete
+    assert hops == ([] if one_process else [read_commands])
+    r = api.call("DELETE", f"/v1/jobs/{job['job_id']}", "user")
+    assert r.status_code == 200, r.text
+    assert [c["kind"] for c in _poll(api, agent, {}, wait=5)] == ["stop"]
+    assert read_commands in hops
