@@ -14,11 +14,13 @@ from interstice.agents import cli as agents_cli
 from interstice.agents.slurm import cli as slurm_cli
 from interstice.api import cli as api_cli
 from interstice.demo import cli as demo_cli
+from interstice.errors import OneLineErrors
 from interstice.models import cli as models_cli
 from interstice.replay import cli as replay_cli
 
 app = typer.Typer(
     name="interstice",
+    cls=OneLineErrors,
     help="Fill a supercomputer's transient idle nodes with elastic deep-learning training.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -1,9 +1,11 @@
 """The one way a command-line subcommand reports bad input: one line on stderr, exit code 2."""
 
+import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 
 def fail(message: str) -> NoReturn:
@@ -29,3 +31,34 @@ def token_from_file(token_file: Path) -> str:
         return token_file.read_text().strip()
     except OSError as error:
         fail(f"--token-file {str(token_file)!r}: {error.strerror}")
+
+
+class OneLineErrors(TyperGroup):
+    """The ``interstice`` command group, whose option and argument errors caught by click
+    (an unparsable number, an unknown option, a missing argument, a choice not offered)
+    are reported as :func:`fail` reports the commands' own checks: one line on stderr,
+    ``error: <command>: <message> (see '<command> --help')``, exit code 2, instead of
+    typer's framed usage panel. Running with no arguments still prints the help."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Run the command line (click's ``main``); with ``standalone_mode`` exit with the
+        command's code."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as error:  # click's exceptions (typer vendors click)
+            if type(error).__name__ == "NoArgsIsHelpError":  # no arguments: the help
+                error.show()  # type: ignore[attr-defined]
+                sys.exit(error.exit_code)
+            message = " ".join(error.format_message().split())
+            ctx = getattr(error, "ctx", None)
+            if error.exit_code == 2 and ctx is not None:  # a usage error: name the command
+                where = ctx.command_path
+                message = f"{where}: {message} (see '{where} --help')"
+            typer.echo(f"error: {message}", err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
