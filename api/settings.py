@@ -36,8 +36,12 @@ class Settings(BaseSettings):
         scalability_csv: table loaded at start when the database holds none; default the
             shared data's ``imagenet-scalability.csv`` when present.
         max_poll_wait_s: cap on a long-poll's ``wait``, seconds.
-        max_command_failures: failed command acks after which a job is ``failed`` (a failure
-            the agent marks ``job_failed`` fails it at once).
+        max_command_failures: failed command acks and stalled generations after which a job
+            is ``failed`` (a failure the agent marks ``job_failed`` fails it at once).
+        generation_start_timeout_s: a running job whose current generation has reported no
+            step this long after its commands were written is released from its nodes and
+            started anew (rescale reason ``stalled``, a failure counted toward
+            ``max_command_failures``; :mod:`interstice.api.control.stalls`), seconds; 0: never.
         max_active_jobs: most jobs the optimizer considers at once (running ones included);
             None: no cap, capacity-based admission alone
             (:func:`interstice.optimizer.admission.admit`).
@@ -68,6 +72,7 @@ class Settings(BaseSettings):
     scalability_csv: Path | None = None
     max_poll_wait_s: float = Field(default=60.0, ge=0)
     max_command_failures: int = Field(default=3, ge=1)
+    generation_start_timeout_s: float = Field(default=900.0, ge=0)
     max_active_jobs: int | None = Field(default=None, ge=1)
     admission_efficiency: float = Field(default=ADMISSION_EFFICIENCY, ge=0, le=1)
     db_wait_s: float = Field(default=30.0, ge=0)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
-from interstice.api.control import leases
+from interstice.api.control import leases, stalls
 from interstice.api.control.leader import AlwaysLeader, PostgresLeadership
 from interstice.api.control.notify import PostgresRelay
 from interstice.api.schemas.objective import ObjectivePublic
@@ -477,5 +477,6 @@ class ControlLoop:
             await asyncio.sleep(period_s)
             try:
                 await asyncio.to_thread(leases.sweep, self.service)
+                await asyncio.to_thread(stalls.sweep, self.service)
             except Exception:
-                log.exception("lease sweep failed")
+                log.exception("lease or stall sweep failed")

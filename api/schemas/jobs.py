@@ -15,6 +15,7 @@ RescaleReason = Literal[
     "agent_lost",
     "agent_left",
     "command_failed",
+    "stalled",
     "finished",
     "cancelled",
     "failed",

@@ -309,6 +309,14 @@ def end_job(
     job.finished_at = utcnow()
     job.error = error
     reason = {"finished": "finished", "cancelled": "cancelled", "failed": "failed"}[state]
+    release_job(session, job, reason, changes)
+    changes.stale = True
+
+
+def release_job(session: Session, job: Job, reason: str, changes: Changes) -> None:
+    """Move ``job`` off all its nodes (:func:`move_job`, rescale reason ``reason``): its
+    agents get ``stop`` with the job's ``rescale_down_s`` as deadline; an active job is
+    ``queued``."""
     move_job(
         session,
         job,
@@ -318,7 +326,6 @@ def end_job(
         deadline=utcnow() + timedelta(seconds=job.rescale_down_s),
         changes=changes,
     )
-    changes.stale = True
 
 
 def record_report(
@@ -508,23 +515,34 @@ def ack_command(
         if job.state not in ACTIVE_JOB_STATES:
             return command
         node = session.get_one(Agent, agent_id).node
+        what = f"{command.kind} on {node}"
         if job_failed:
-            reason = f"{command.kind} on {node} failed: {command.error}"
-            end_job(session, job, "failed", changes=changes, error=reason)
-        elif job.failed_commands >= max_failures:
-            reason = (
-                f"{job.failed_commands} commands failed; the last, {command.kind} on {node}: "
-                f"{command.error}"
-            )
-            end_job(session, job, "failed", changes=changes, error=reason)
-        elif command.rendezvous_id == rendezvous_id(job):
-            move_job(
-                session,
-                job,
-                [],
-                job.spb_depth,
-                reason="command_failed",
-                deadline=utcnow() + timedelta(seconds=job.rescale_down_s),
-                changes=changes,
-            )
+            error = f"{what} failed: {command.error}"
+            end_job(session, job, "failed", changes=changes, error=error)
+        else:
+            current = command.rendezvous_id == rendezvous_id(job)
+            count_failure(
+                session, job, f"{what}: {command.error}", max_failures, changes,
+                release="command_failed" if current else None,
+            )  # fmt: skip
     return command
+
+
+def count_failure(
+    session: Session,
+    job: Job,
+    what: str,
+    max_failures: int,
+    changes: Changes,
+    *,
+    release: str | None,
+) -> None:
+    """Count a failure on ``job`` (``job.failed_commands``, already incremented by the
+    caller): at ``max_failures`` the job is ``failed`` with ``what`` (the last failure) in
+    its error; below, ``release`` (a rescale reason, or None to change nothing) releases it
+    from all its nodes, the job ``queued``, so the next solve starts a new generation."""
+    if job.failed_commands >= max_failures:
+        error = f"{job.failed_commands} failures; the last, {what}"
+        end_job(session, job, "failed", changes=changes, error=error)
+    elif release is not None:
+        release_job(session, job, release, changes)
