@@ -17,8 +17,13 @@ def fail(message: str) -> NoReturn:
     Raises:
         typer.Exit: always, with ``code=2``.
     """
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    _print_error(message)
     raise typer.Exit(code=2)
+
+
+def _print_error(message: str) -> None:
+    """``error: <message>`` on stderr, its whitespace (newlines too) folded to one line."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
 
 
 def token_from_file(token_file: Path) -> str:
@@ -51,12 +56,12 @@ class OneLineErrors(TyperGroup):
             if type(error).__name__ == "NoArgsIsHelpError":  # no arguments: the help
                 error.show()  # type: ignore[attr-defined]
                 sys.exit(error.exit_code)
-            message = " ".join(error.format_message().split())
+            message = error.format_message()
             ctx = getattr(error, "ctx", None)
             if error.exit_code == 2 and ctx is not None:  # a usage error: name the command
                 where = ctx.command_path
                 message = f"{where}: {message} (see '{where} --help')"
-            typer.echo(f"error: {message}", err=True)
+            _print_error(message)
             sys.exit(error.exit_code)
         except typer.Abort:
             typer.echo("Aborted!", err=True)

@@ -55,7 +55,7 @@ def sweep(service: Service) -> int:
             )
             log.warning("job %s: %s; releasing it", job.job_id, what)
             job.failed_commands += 1
-            state.count_failure(
+            state.fail_or_release(
                 session, job, what, settings.max_command_failures, changes, release="stalled"
             )
     service.after_commit(changes)

@@ -521,14 +521,14 @@ def ack_command(
             end_job(session, job, "failed", changes=changes, error=error)
         else:
             current = command.rendezvous_id == rendezvous_id(job)
-            count_failure(
+            fail_or_release(
                 session, job, f"{what}: {command.error}", max_failures, changes,
                 release="command_failed" if current else None,
             )  # fmt: skip
     return command
 
 
-def count_failure(
+def fail_or_release(
     session: Session,
     job: Job,
     what: str,
@@ -537,10 +537,10 @@ def count_failure(
     *,
     release: str | None,
 ) -> None:
-    """Count a failure on ``job`` (``job.failed_commands``, already incremented by the
-    caller): at ``max_failures`` the job is ``failed`` with ``what`` (the last failure) in
-    its error; below, ``release`` (a rescale reason, or None to change nothing) releases it
-    from all its nodes, the job ``queued``, so the next solve starts a new generation."""
+    """Act on ``job``'s failures so far (``job.failed_commands``, the caller counts them):
+    at ``max_failures`` the job is ``failed`` with ``what`` (the last failure) in its error;
+    below, ``release`` (a rescale reason, or None to change nothing) releases it from all
+    its nodes, the job ``queued``, so the next solve starts a new generation."""
     if job.failed_commands >= max_failures:
         error = f"{job.failed_commands} failures; the last, {what}"
         end_job(session, job, "failed", changes=changes, error=error)

@@ -17,6 +17,19 @@ def _poll(api: Api, agent: str, body: dict, wait: float = 0) -> list[dict]:
     return r.json()["data"]
 
 
+def _count_worker_thread_hops(monkeypatch) -> list[object]:
+    """From now on, the function of every ``anyio.to_thread.run_sync`` call, in order."""
+    hops: list[object] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        hops.append(func)
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return hops
+
+
 def _states(api: Api) -> dict[str, str]:
     return {a["node"]: a["state"] for a in api.call("GET", "/v1/agents", "admin").json()["data"]}
 
@@ -78,14 +91,7 @@ def test_a_quiet_agents_requests_use_no_worker_thread(api: Api, monkeypatch) -> 
     from another replica may be lost), and nothing else."""
     agent = api.register("n1")
     assert _poll(api, agent, {}) == []  # this first read finds none: the agent is clear
-    hops: list[object] = []
-    run_sync = anyio.to_thread.run_sync
-
-    async def counted(func, *args, **kwargs):
-        hops.append(func)
-        return await run_sync(func, *args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    hops = _count_worker_thread_hops(monkeypatch)
     assert _poll(api, agent, {"world_size": 1}) == []
     assert api.poll(agent, wait=0) == []
     r = api.call("POST", f"/v1/agents/{agent}/heartbeat", "agent", json={})
@@ -102,14 +108,7 @@ def test_an_agent_that_acked_its_commands_polls_without_a_read(api: Api, monkeyp
     the next command written is read and answered."""
     agents, job, _ = start_job(api, ["n1"])  # the start is polled, then acknowledged
     agent = agents["n1"]
-    hops: list[object] = []
-    run_sync = anyio.to_thread.run_sync
-
-    async def counted(func, *args, **kwargs):
-        hops.append(func)
-        return await run_sync(func, *args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    hops = _count_worker_thread_hops(monkeypatch)
     assert _poll(api, agent, {"job_id": job["job_id"]}) == []
     one_process = api.app.state.service.notifier.wakes_complete
     assert hops == ([] if one_process else [read_commands])
