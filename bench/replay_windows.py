@@ -47,6 +47,7 @@ Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,gre
     [--horizon 300|auto] [--rigid-nodes K]
     [--admission-efficiency 0.9] [--seeds 1,2,3]
     [--forecast none|exact|plan [--forecast-coverage 0.5 --forecast-error 0.5]]
+    [--forecast-classes K]
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 from interstice.optimizer import ScalabilityTable, Weights, admission
+from interstice.optimizer.problem import FORECAST_CLASSES
 from interstice.replay.choices import OBJECTIVES, POLICIES, allocators, normalisation, sample_nodes
 from interstice.replay.forecast import FORECASTS, ForecastSettings, HoleForecasts
 from interstice.replay.horizon import AutoHorizon, FixedHorizon
@@ -127,6 +129,12 @@ def main() -> None:
     parser.add_argument("--forecast-coverage", type=float, default=0.5, help="plan: P")
     parser.add_argument("--forecast-error", type=float, default=0.5, help="plan: F")
     parser.add_argument("--forecast-seed", type=int, default=0, help="plan: seed of the draws")
+    parser.add_argument(
+        "--forecast-classes",
+        type=int,
+        default=FORECAST_CLASSES,
+        help="Problem.forecast_classes: classes of nodes forecast to leave within the horizon",
+    )
     args = parser.parse_args()
     try:
         forecast = ForecastSettings(
@@ -134,6 +142,8 @@ def main() -> None:
         )
     except ValueError as exc:
         sys.exit(str(exc))
+    if args.forecast_classes < 1:
+        sys.exit(f"--forecast-classes must be >= 1, got {args.forecast_classes}")
     names = args.windows.split(",")
     policies = args.policies.split(",")
     unknown = [n for n in names if n not in WINDOWS] + [p for p in policies if p not in POLICIES]
@@ -156,6 +166,7 @@ def main() -> None:
         weights=weights,
         admission_efficiency=args.admission_efficiency,
         reclaim_loss_s=args.reclaim_loss_s,
+        forecast_classes=args.forecast_classes,
     )
     run = allocators(args.backend)
     common = {
@@ -168,6 +179,7 @@ def main() -> None:
         "completion_s": weights.completion_s,
         "reclaim_loss_s": args.reclaim_loss_s,
         **forecast.report(),
+        "forecast_classes": args.forecast_classes,
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
     runs = []

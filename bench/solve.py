@@ -10,6 +10,12 @@ needed a solver; the load average at start and end (the machine is shared: compa
 times across runs, wall times only within one); then the speed-up of our count formulation
 over the node x job one on the small case, as a ratio of p50s measured in this process.
 
+``--forecast-share S`` (default 0: none) gives a share S of each instance's idle nodes a
+forecast end (``Problem.idle_forecast_s``), uniform in [0, 2H] (seeded per instance), so
+about S / 2 of the nodes are forecast to leave within the horizon and constraints (3) of the
+formulation bind; ``--forecast-classes K`` sets ``Problem.forecast_classes`` (default: the
+Problem's). The bftrainer baseline is left out then (it has no forecasts).
+
 Cases: 10 jobs x 128 nodes (depth 0 only; max_nodes 8-64) and 200 jobs x 10,000 nodes x 4
 SPB depths (max_nodes 64 each, so capacity binds). The depth-0 rates are the real table
 ``imagenet-scalability.csv`` (found by interstice.data); the rows for depths 1-3 are
@@ -23,6 +29,7 @@ same optimum when it finishes within the problem's 10 s time limit: max_rel_gap_
 status show whether it did); built and solved with PuLP's CBC like our cbc backend.
 
 Usage: .venv/bin/python bench/solve.py [--repeats-small 50] [--repeats-large 20]
+    [--forecast-share 0.5] [--forecast-classes K]
 """
 
 from __future__ import annotations
@@ -90,6 +97,20 @@ def bftrainer_style(problem: Problem) -> tuple[float, str]:
     return float(pulp.value(model.objective) or 0.0), pulp.LpSolution[model.sol_status]
 
 
+def with_forecasts(problem: Problem, share: float, classes: int | None, seed: int) -> Problem:
+    """``problem`` with a forecast end for a share ``share`` of its idle nodes, uniform in
+    [0, 2H] seconds (seeded), and ``forecast_classes`` ``classes`` where given."""
+    rng = np.random.default_rng(seed)
+    known = rng.random(len(problem.idle_nodes)) < share
+    ends = rng.uniform(0, 2 * problem.horizon_s, len(problem.idle_nodes))
+    forecast = {n: float(e) for n, e, k in zip(problem.idle_nodes, ends, known, strict=True) if k}
+    fields = {name: getattr(problem, name) for name in Problem.model_fields}
+    fields["idle_forecast_s"] = forecast
+    if classes is not None:
+        fields["forecast_classes"] = classes
+    return Problem(**fields)
+
+
 def cpu_s() -> float:
     """CPU seconds used so far by this process and its finished children (CBC runs as one)."""
     own, children = (
@@ -135,10 +156,14 @@ def line(problem: Problem, depths: int, backend: str, timing: tuple) -> dict:
 
 def binaries(problems: list[Problem]) -> dict:
     """Median binaries before and after the bound reduction, over the problems a solver
-    gets (those whose LP relaxation is fractional)."""
+    gets (those whose LP relaxation is fractional); with forecasts the options per instance
+    (levels included) before any reduction."""
     before, after = [], []
     for problem in problems:
         options = build_options(problem)
+        if options.level is not None:
+            before.append(len(options.count))
+            continue
         chosen, price = greedy_choice(options, len(problem.idle_nodes))
         if price is not None:
             before.append(len(options.count))
@@ -156,7 +181,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats-small", type=int, default=50)
     parser.add_argument("--repeats-large", type=int, default=20)
+    parser.add_argument("--forecast-share", type=float, default=0.0)
+    parser.add_argument("--forecast-classes", type=int)
     args = parser.parse_args()
+    if not 0 <= args.forecast_share <= 1:
+        sys.exit(f"bench/solve.py: --forecast-share must be in [0, 1], got {args.forecast_share}")
     path = data.data_dir() / data.SCALABILITY_FILE
     if not path.is_file():
         sys.exit(f"bench/solve.py: {path} is absent (set INTERSTICE_DATA_DIR)")
@@ -175,13 +204,23 @@ def main() -> None:
             ],
         ),
     ]
+    if args.forecast_share > 0:
+        cases = [
+            (depths, [with_forecasts(p, args.forecast_share, args.forecast_classes, s)
+                      for s, p in enumerate(problems)])
+            for depths, problems in cases
+        ]  # fmt: skip
     solve(cases[0][1][0], "cbc"), solve(cases[0][1][0], "cpsat")  # warm imports
-    print(json.dumps({"cpus": os.cpu_count(), "load1_at_start": os.getloadavg()[0]}))
+    print(json.dumps({
+        "cpus": os.cpu_count(), "load1_at_start": os.getloadavg()[0],
+        "forecast_share": args.forecast_share,
+        "forecast_classes": cases[0][1][0].forecast_classes,
+    }))  # fmt: skip
     p50 = {}
     for depths, problems in cases:
         runs = {backend: lambda p, b=backend: solve(p, b) for backend in BACKENDS}
         runs["greedy"] = greedy
-        if depths == 1:
+        if depths == 1 and not args.forecast_share:
             runs["bftrainer-cbc"] = bftrainer_style
         found = {}
         for backend, run in runs.items():
@@ -195,7 +234,7 @@ def main() -> None:
             gap = float(np.max(np.abs(np.array(objectives) - reference) / np.abs(reference)))
             print(json.dumps({"depths": depths, "backend": backend, "max_rel_gap_vs_cbc": gap}))
     print(json.dumps({"load1_at_end": os.getloadavg()[0]}))
-    for backend in BACKENDS:
+    for backend in BACKENDS if (1, "bftrainer-cbc") in p50 else ():
         ratio = p50[(1, "bftrainer-cbc")] / p50[(1, backend)]
         print(json.dumps({"speedup_p50_vs_bftrainer_cbc": round(ratio, 2), "backend": backend}))
 

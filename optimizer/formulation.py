@@ -41,11 +41,13 @@ empty: none of this, and the model is the one above exactly):
                minus now), where known; unknown: f_i = H (so with ``--horizon auto`` a node
                of unknown end is expected to stay the pool's expected remaining idle time).
     l_i        life min(f_i, H). The nodes with l_i < H fall into classes 1..K
-               (K <= ``forecast_classes``): each distinct life its own class when there are
-               that few, else contiguous runs of lives with about equal node counts; class
-               k's life tau_k is the shortest in it (tau_1 < ... < tau_K < H); every other
-               node is in class K + 1, tau_{K+1} = H. K = 0 when no node is forecast to leave
-               within the horizon: then only the placement's order changes (below).
+               (K <= ``forecast_classes``, default 1): each distinct life its own class when
+               there are that few, else contiguous runs of lives with about equal node
+               counts; class k's life tau_k is the shortest in it (tau_1 < ... < tau_K < H);
+               every other node is in class K + 1, tau_{K+1} = H. K = 0 when no node is
+               forecast to leave within the horizon: then only the placement's order changes
+               (below). With the default K = 1 every node forecast to leave within H counts
+               as leaving when the first of them does (see "Cost, honestly" for why).
     keep order j keeps its held nodes longest-lived first (by f_i, then name): at count
                n < h_j it releases the h_j - n shortest-lived.
     L          the level of an option's new nodes: (n, d, L) with n > h_j takes its
@@ -212,12 +214,20 @@ and count the best level): when its LP optimum is integral and satisfies (3) it 
 less the class prices mu, and the relaxation's answer where it satisfies (3); the bound is
 L(lambda, mu) (never above the relaxation's LP bound); reduction (iii) runs with both prices,
 and CBC or CP-SAT solve (1)-(3). Cost, honestly: the LP relaxation of (1)-(3) is weak where
-(3) binds (it spreads the few long-lived nodes fractionally over many jobs' options: 18-27 %
-above the optimum on the slowest 192-node replay solves), so (iii) keeps most options and
-the solvers must branch: a solve took up to 10 s (the replay's limit) when 85-115 of 192
-nodes were idle with most of them forecast to leave within the horizon, and 2.1-2.8 s of CPU
-on 200 jobs x 10,000 nodes x 4 depths with every end known (uniform in [0, 2H]: (3) binds),
-against 0.12 s with half the ends known (it does not); without forecasts nothing changes.
+(3) binds (it spreads the few long-lived nodes fractionally over many jobs' options: on the
+slowest 192-node replay solves L(lambda, mu) was 1-17 % above the best answer found), so (iii)
+keeps most options and the solvers must branch, the more the more classes. With K = 6 a solve
+took up to 10 s (the replay's limit) when 110-170 of 192 nodes were idle with most of them
+forecast to leave within the horizon, and one with 4 jobs 6.8 s; CP-SAT's parameters
+(presolve, workers, linearization, a relative gap) changed that by less than 2x. So the
+default is K = 1 (one class of short-lived nodes, valued at the shortest life among them). On
+the 382 captured solves that took over 0.1 s at K = 6, p50 / p90 / p99 with a 2 s limit:
+0.27 / 2.0 / 2.0 s at K = 6, 0.04 / 0.24 / 1.9 s at K = 2, 0.012 / 0.052 / 0.27 s at K = 1.
+Over whole replays the coarser valuation decides better where ends are partly known and late
+(P = F = 0.5: 0.3-0.7 points more efficiency than K = 6 on each 192-node window) and slightly
+worse where they are exact (harvest 0.14-0.17 points lower), or where a reclaim costs more
+than a shrink (docs/benchmarks.md, "One class of short-lived nodes"), where
+``forecast_classes`` 6 may be worth its solve time.
 """
 
 from __future__ import annotations

@@ -118,6 +118,12 @@ def replay(
         "of the remaining time; F >= 0.",
     ),
     forecast_seed: int = typer.Option(0, help="Seed of the --forecast plan draws."),
+    forecast_classes: int | None = typer.Option(
+        None,
+        help="Most classes of nodes forecast to leave within the horizon that the MILP and "
+        "the greedy tell apart (Problem.forecast_classes, default 1), >= 1: more classes "
+        "value short-lived nodes closer to their ends and make a solve branch more.",
+    ),
     reclaim_loss_s: float = typer.Option(
         0.0,
         help="Seconds of progress a reclaim costs an elastic job beyond its rescale_down_s "
@@ -204,6 +210,8 @@ def replay(
         fail(f"--forecast-coverage must be within [0, 1], got {forecast_coverage}")
     if not 0 <= forecast_error < float("inf"):
         fail(f"--forecast-error must be a finite number >= 0, got {forecast_error}")
+    if forecast_classes is not None and forecast_classes < 1:
+        fail(f"--forecast-classes must be >= 1, got {forecast_classes}")
     forecast_settings = ForecastSettings(forecast, forecast_coverage, forecast_error, forecast_seed)
     horizon_s = None
     if horizon != "auto":
@@ -299,6 +307,7 @@ def replay(
         time_limit_s=time_limit,
         weights=weights,
         reclaim_loss_s=reclaim_loss_s,
+        **({} if forecast_classes is None else {"forecast_classes": forecast_classes}),
     )
     believed = perturb(table, rate_error, rate_seed)
     console = Console(stderr=True)
@@ -376,6 +385,7 @@ def replay(
         "rate_seed": rate_seed if rate_error else None,
         "learn": learn,
         **forecast_settings.report(),
+        "forecast_classes": options.forecast_classes,
         "rigid_nodes": rigid_nodes,
         "checkpoint_interval_s": checkpoint_interval_s,
         "reclaim_loss_s": reclaim_loss_s,

@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights, admission
+from interstice.optimizer.problem import FORECAST_CLASSES
 from interstice.replay.jobs import JobSpec
 from interstice.replay.rates import Learner
 from interstice.replay.trace import TraceWindow
@@ -127,6 +128,7 @@ class ReplayOptions:
             period is too short to checkpoint (0: a reclaim costs what a shrink does). The
             optimizer is told it (``Job.reclaim_loss_s``), so with forecasts it may shrink a
             job before a forecast reclaim (a planned shrink).
+        forecast_classes: ``Problem.forecast_classes`` of every solve, >= 1.
     """
 
     max_active_jobs: int | None = None
@@ -137,6 +139,7 @@ class ReplayOptions:
     weights: Weights = Weights()
     skip_equivalent: bool = True
     reclaim_loss_s: float = 0.0
+    forecast_classes: int = FORECAST_CLASSES
 
 
 PAUSE_CAUSES = ("start", "grow", "shrink", "depth", "reclaim")
@@ -505,6 +508,7 @@ class Replay:
             horizon_s=horizon_s,
             time_limit_s=self.options.time_limit_s,
             idle_forecast_s=forecast_s,
+            forecast_classes=self.options.forecast_classes,
         )
         allocation = self.policy(problem)
         self.apply(allocation, now_s)

@@ -188,6 +188,14 @@ def test_node_classes_by_forecast_life() -> None:
     assert node_lives(nodes, {"n0": 300.0}, 300.0, 8).classes == 0
 
 
+def test_by_default_the_short_lived_nodes_are_one_class_at_the_shortest_life() -> None:
+    # forecast_classes = 1: nodes leaving within H (n1, n2, n3) are class 1 at life 10 s;
+    # n4 (beyond H) and n5 (unknown) stay through the horizon, class 2.
+    lives = problem(5, (), {"n1": 10.0, "n2": 120.0, "n3": 290.0, "n4": 900.0}).lives
+    assert lives.life_s.tolist() == [10.0]
+    assert [lives.node_class[f"n{i}"] for i in range(1, 6)] == [1, 1, 1, 2, 2]
+
+
 @pytest.mark.parametrize(
     ("forecast", "message"),
     [

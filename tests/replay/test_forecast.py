@@ -128,11 +128,15 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
     runner = CliRunner()
     for extra, recorded in (
         ([], {"forecast": "none", "forecast_coverage": None, "forecast_error": None}),
-        (["--forecast", "exact"], {"forecast": "exact", "forecast_coverage": None}),
+        (
+            ["--forecast", "exact"],
+            {"forecast": "exact", "forecast_coverage": None, "forecast_classes": 1},
+        ),
         (
             ["--forecast", "plan", "--forecast-coverage", "0.25", "--forecast-error", "1"],
             {"forecast": "plan", "forecast_coverage": 0.25, "forecast_error": 1.0},
         ),
+        (["--forecast", "exact", "--forecast-classes", "6"], {"forecast_classes": 6}),
     ):
         out = tmp_path / "-".join(extra or ["none"])
         result = runner.invoke(app, ["replay", *args, "--no-baselines", "--out", str(out), *extra])
@@ -143,6 +147,7 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
         (["--forecast", "oracle"], "--forecast must be one of none, exact, plan, got 'oracle'"),
         (["--forecast-coverage", "1.5"], "--forecast-coverage must be within [0, 1], got 1.5"),
         (["--forecast-error", "-1"], "--forecast-error must be a finite number >= 0, got -1.0"),
+        (["--forecast-classes", "0"], "--forecast-classes must be >= 1, got 0"),
     ):
         result = runner.invoke(app, ["replay", *args, "--out", str(tmp_path), *extra])
         assert result.exit_code == 2
