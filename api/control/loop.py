@@ -189,6 +189,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             time_limit_s=objective.time_limit_s,
             relative_gap=objective.relative_gap,
             idle_forecast_s=idle_forecast_s(state.allocatable_untils(session), utcnow()) or None,
+            forecast_classes=objective.forecast_classes,
         )
         return problem, objective.backend
 

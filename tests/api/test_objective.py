@@ -27,6 +27,7 @@ def test_objective_defaults_changes_and_audit(api) -> None:
         "early_finish": 0.9,
         "completion_s": 100_000.0,
         "reclaim_loss_s": 0.0,
+        "forecast_classes": 1,
         "horizon_s": "auto",
         "backend": "cpsat",
         "time_limit_s": 0.2,
@@ -68,15 +69,21 @@ def test_bad_objective_values_name_the_field(api) -> None:
     assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
         (["body", "relative_gap"], "Input should be less than 1")
     ]
+    for classes, message in ((0, "greater than or equal to 1"), (17, "less than or equal to 16")):
+        r = api.call("PUT", "/v1/objective", "admin", json={"forecast_classes": classes})
+        assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+            (["body", "forecast_classes"], f"Input should be {message}")
+        ]
     assert _audit(api, "objective.update") == []
 
 
-def test_an_objective_stored_before_early_finish_existed_loads_the_default(api) -> None:
+def test_an_objective_stored_before_a_setting_existed_loads_its_default(api) -> None:
     stored = api.call("GET", "/v1/objective", "admin").json() | {"churn": 0.25}
-    del stored["early_finish"]
+    del stored["early_finish"], stored["forecast_classes"]
     with api.app.state.service.db.write() as session:
         session.add(Config(key="objective", value=stored))
-    assert api.call("GET", "/v1/objective", "admin").json() == stored | {"early_finish": 0.9}
+    defaults = {"early_finish": 0.9, "forecast_classes": 1}
+    assert api.call("GET", "/v1/objective", "admin").json() == stored | defaults
 
 
 def test_speedup_and_node_seconds_turn_each_other_off(api) -> None:
@@ -131,7 +138,12 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         "early_finish": 0.0,
         "completion_s": 7200.0,
     }
-    limits = {"time_limit_s": 3.0, "relative_gap": 0.01, "reclaim_loss_s": 45.0}
+    limits = {
+        "time_limit_s": 3.0,
+        "relative_gap": 0.01,
+        "reclaim_loss_s": 45.0,
+        "forecast_classes": 6,
+    }
     assert api.call("PUT", "/v1/objective", "admin", json=weights | limits).status_code == 200
     api.register("n1", report_idle=True)
     api.register("n2", report_idle=True)
@@ -145,6 +157,7 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         assert by_id[body["job_id"]].submitted_s == pytest.approx(submitted, abs=1e-3)
         assert by_id[body["job_id"]].reclaim_loss_s == 45.0
     assert (problem.time_limit_s, problem.relative_gap) == (3.0, 0.01)
+    assert problem.forecast_classes == 6
 
 
 def test_scalability_upload_replaces_the_table(api) -> None:

@@ -24,6 +24,7 @@ const FIELDS = [
   ["early_finish", "number", "beta of the early-finish term, 0..1"],
   ["completion_s", "number", "tau of the completion term, seconds (0: off)"],
   ["reclaim_loss_s", "number", "what a reclaim costs a job beyond a shrink, seconds"],
+  ["forecast_classes", "number", "classes of nodes forecast to leave within the horizon, 1..16"],
   ["horizon_s", "text", "forecast horizon, seconds, or auto"],
   ["backend", "select", "MILP backend"],
   ["time_limit_s", "number", "solver time limit, seconds"],
