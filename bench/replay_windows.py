@@ -20,7 +20,8 @@ admission cap, early finish 0.9) but for the horizon and the admin weights given
 Prints one JSON line per (window, policy): harvest, harvest_ceiling (the harvest of the same
 node counts without rescale pauses), goodput_samples, utilization, efficiency,
 jobs_finished, jct_mean_s, efficiency_loss (per cause of a rescale pause),
-node_hours_by_model (the allocated node-hours of each model's jobs), solve_p99_s (the
+node_hours_by_model (the allocated node-hours of each model's jobs), jct_h_by_model (the
+mean JCT of each model's finished jobs, hours), solve_p99_s (the
 policy's own time per solve, model building included),
 solve_wall_p99_s (the simulator's wall time per solve: building the Problem and applying the
 answer too) and replay_wall_s. Then one line per window with the ratios of the first policy
@@ -229,6 +230,10 @@ def main() -> None:
                 "efficiency_loss": figures["efficiency_loss"],
                 "node_hours_by_model": {
                     model: round(part["allocated_node_hours"], 1)
+                    for model, part in figures["by_model"].items()
+                },
+                "jct_h_by_model": {
+                    model: round(part["jct_mean_s"] / 3600, 2) if part["jct_mean_s"] else None
                     for model, part in figures["by_model"].items()
                 },
                 "solve_p99_s": figures["solve_time_s"]["p99"],

@@ -107,27 +107,33 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
     }
 
 
-def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
+def by_model(result: ReplayResult) -> dict[str, dict[str, float | int | None]]:
     """Where one replay's node time went, per model: the mix behind its totals.
 
     A policy's ``harvest`` and ``goodput_samples`` can rank two policies differently when
     they give their nodes to different models: a node-hour of AlexNet trains about 7 times
     the samples of a node-hour of DenseNet (the Summit table's best per-node rates), and
-    counts the same in ``harvested_node_hours``.
+    counts the same in ``harvested_node_hours``. Likewise a policy's ``jct_mean_s``: on the
+    Summit windows the jobs of the models that scale poorly ran the longest, so a policy
+    that holds them near the knee of their curves and gives the nodes to the models that
+    scale finishes the jobs later on average with the same node time (docs/benchmarks.md,
+    "The completion term").
 
     Args:
         result: one policy's replay.
 
     Returns:
         ``{model: {"allocated_node_hours", "harvested_node_hours", "goodput_samples",
-        "jobs_arrived", "jobs_finished"}}``, models sorted by name; ``allocated_node_hours``
-        integrates the timeline's allocated nodes of the model's jobs over the window (they
-        sum to the replay's ``allocated_node_s`` / 3600), ``harvested_node_hours`` is the
-        model's goodput over its best per-node rate, hours.
+        "jobs_arrived", "jobs_finished", "jct_mean_s"}}``, models sorted by name;
+        ``allocated_node_hours`` integrates the timeline's allocated nodes of the model's
+        jobs over the window (they sum to the replay's ``allocated_node_s`` / 3600),
+        ``harvested_node_hours`` is the model's goodput over its best per-node rate, hours;
+        ``jct_mean_s`` is the mean completion time of its finished jobs (finish minus
+        submission), seconds, or ``None`` when none finished.
     """
     ends_s = np.append(result.timeline_s[1:], result.duration_s)
     spans_s = ends_s - np.asarray(result.timeline_s)
-    figures: dict[str, dict[str, float | int]] = {
+    figures: dict[str, dict[str, float | int | None]] = {
         model: {
             "allocated_node_hours": float(np.dot(counts, spans_s)) / 3600,
             "harvested_node_hours": 0.0,
@@ -137,12 +143,17 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int]]:
         }
         for model, counts in sorted(result.timeline_by_model.items())
     }
+    jct_s: dict[str, list[float]] = {model: [] for model in figures}
     for rec in result.jobs:
         part = figures[rec.spec.model]
         part["goodput_samples"] += rec.goodput
         part["harvested_node_hours"] += _harvested_node_s(result, rec) / 3600
         part["jobs_arrived"] += 1
-        part["jobs_finished"] += rec.finished_s is not None
+        if rec.finished_s is not None:
+            part["jobs_finished"] += 1
+            jct_s[rec.spec.model].append(rec.finished_s - rec.arrival_s)
+    for model, part in figures.items():
+        part["jct_mean_s"] = float(np.mean(jct_s[model])) if jct_s[model] else None
     return figures
 
 

@@ -64,6 +64,7 @@ def test_by_model_splits_the_node_time_and_the_goodput(inputs):
             "goodput_samples": pytest.approx(23_250),
             "jobs_arrived": 1,
             "jobs_finished": 0,
+            "jct_mean_s": None,
         },
         "m": {
             "allocated_node_hours": pytest.approx(3 * 30 / 3600),
@@ -71,6 +72,7 @@ def test_by_model_splits_the_node_time_and_the_goodput(inputs):
             "goodput_samples": pytest.approx(6000),
             "jobs_arrived": 1,
             "jobs_finished": 1,
+            "jct_mean_s": 30,
         },
     }
     parts = figures["by_model"].values()
