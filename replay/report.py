@@ -114,10 +114,9 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int | None]]:
     they give their nodes to different models: a node-hour of AlexNet trains about 7 times
     the samples of a node-hour of DenseNet (the Summit table's best per-node rates), and
     counts the same in ``harvested_node_hours``. Likewise a policy's ``jct_mean_s``: on the
-    Summit windows the jobs of the models that scale poorly ran the longest, so a policy
-    that holds them near the knee of their curves and gives the nodes to the models that
-    scale finishes the jobs later on average with the same node time (docs/benchmarks.md,
-    "The completion term").
+    all-node Summit windows AlexNet's jobs, which scale worst, ran the longest, and a policy
+    that held them near the knee of their curve finished the jobs later on average with the
+    same node time (docs/benchmarks.md, "Where the JCT gap comes from").
 
     Args:
         result: one policy's replay.
