@@ -1,8 +1,9 @@
 """Load benchmark of ``interstice serve``: N simulated node agents on the loopback interface.
 
 Starts ``interstice serve`` on a fresh SQLite file (a subprocess, bench/served.py),
-registers N agents (async httpx clients), each long-polling for commands with its heartbeat in
-the poll (protocol version 3: a request per ``--heartbeat-s`` at most while idle;
+registers N agents (async httpx clients, split over ``--client-processes`` processes, the
+scheduler and the measurement in this one), each long-polling for commands with its
+heartbeat in the poll (protocol version 3: a request per ``--heartbeat-s`` at most while idle;
 ``--separate-heartbeats``: version 2, a heartbeat every ``--heartbeat-s`` apart from 30 s
 long-polls), and submits jobs that fill the nodes. Once 90 % of the nodes run and none has
 started for ``--settle-s`` (at most ``--warmup-s``: the ramp-up is not measured), for
@@ -17,17 +18,28 @@ JSON lines:
   ``reclaim_p99_s`` (``stop`` after ``busy``) and ``allocation_p50_s`` /
   ``allocation_p99_s`` (``start`` after ``idle``: debounce + solve included), and
   ``event_post_p50_s`` / ``event_post_p99_s`` (the scheduler's ``POST /v1/nodes/events``
-  answered: the write path alone), ``server_cpu_share``: the service process's CPU seconds
+  answered: the write path alone), ``event_post_served_p99_le_s`` (the same POST timed
+  inside the service, from its ``interstice_request_seconds`` histogram: the upper bound of
+  the bucket that holds its p99), ``server_cpu_share``: the service process's CPU seconds
   over the phase's wall seconds (1.0 = one core busy), ``client_cpu_share`` (this load
-  generator's), ``client_gc_pause_max_s`` (this process's longest garbage collection: it
-  stops every simulated agent at once; ``--client-gc-freeze-s``), with the machine's
-  ``load1_at_end``, and from the service's /metrics its ``solves``, ``solve_s_sum``,
-  ``solver_status`` and ``agents_lost`` (each time it marked an agent lost since it started,
-  registration included: all false, as every simulated agent keeps polling).
+  generator's, all its processes), ``client_gc_pause_max_s`` (the longest garbage
+  collection of a process of simulated agents: it stops all of them at once;
+  ``--client-gc-freeze-s``), ``client_loop_lag_p99_s`` / ``client_loop_lag_max_s`` (how
+  late those processes' event loops woke from a 10 ms sleep: a command that reaches a busy
+  loop is seen that much later), with the machine's ``load1_at_end``, and from the service's
+  /metrics its ``solves``, ``solve_s_sum``, ``solver_status`` and ``agents_lost`` (each time
+  it marked an agent lost since it started, registration included: all false, as every
+  simulated agent keeps polling).
+
+Real agents are separate processes on separate nodes; here they share this machine with the
+service, so the latencies include the simulated agents' own event-loop lag
+(``client_loop_lag_*``) and the scheduler's POST its own wait for the service's event loop
+(``event_post_p99_s`` against ``event_post_served_p99_le_s``). ``--client-processes`` splits
+the agents over more event loops; on 2 cores that starves the service (measured: two
+processes took 1.01 of a core together against 0.86 for one, and reclaim p99 rose to 6.2 s).
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
-``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1. Client and
-server share the machine, so the latencies include the client's own event-loop lag.
+``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1.
 
 Usage: ``python bench/agents_load.py --agents 5000 --duration-s 60``; with
 ``BENCH_DUMP_METRICS=FILE`` the service's /metrics at the end of the run is written to FILE.
@@ -39,12 +51,16 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import random
+import re
 import resource
 import signal
 import ssl
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,22 +72,21 @@ from interstice.api.collector import freezing_every
 from served import served
 
 MAX_AGENTS = 20000
+REGISTERING = 50
+"""Most registrations in flight at once, over all processes."""
+LAG_PROBE_S = 0.01
+"""The event-loop lag probe's sleep, seconds."""
+TICK_S = 0.5
+"""How often each process of agents reports its request and error counts, seconds."""
 
 
 @dataclass
-class Stats:
-    """Counters and latencies of the run."""
+class Counts:
+    """One process's requests and errors."""
 
     requests: int = 0
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
-    reclaim_s: list[float] = field(default_factory=list)
-    allocation_s: list[float] = field(default_factory=list)
-    event_post_s: list[float] = field(default_factory=list)
-    last_start_at: float = 0.0
-    started_nodes: set[str] = field(default_factory=set)
-    busy_at: dict[str, float] = field(default_factory=dict)
-    idle_at: dict[str, float] = field(default_factory=dict)
 
     def error(self, what: str) -> None:
         self.errors += 1
@@ -80,58 +95,56 @@ class Stats:
 
 
 async def request(
-    client: httpx.AsyncClient, stats: Stats, method: str, url: str, **kwargs: object
+    client: httpx.AsyncClient, counts: Counts, method: str, url: str, **kwargs: object
 ) -> httpx.Response | None:
     """One request, counted; an exception or a non-2xx answer counts as an error."""
-    stats.requests += 1
+    counts.requests += 1
     try:
         response = await client.request(method, url, **kwargs)  # type: ignore[arg-type]
     except httpx.HTTPError as exc:
-        stats.error(f"{method} {url}: {type(exc).__name__} {exc}")
+        counts.error(f"{method} {url}: {type(exc).__name__} {exc}")
         return None
     if not response.is_success:
-        stats.error(f"{method} {url}: {response.status_code} {response.text[:200]}")
+        counts.error(f"{method} {url}: {response.status_code} {response.text[:200]}")
     return response
+
+
+# --- the simulated agents (in their own processes) ---
 
 
 async def agent_loop(
     client: httpx.AsyncClient,
-    stats: Stats,
+    counts: Counts,
     agent_id: str,
     node: str,
     stop: asyncio.Event,
     beat_in_poll_s: float | None,
+    seen: multiprocessing.Queue,
 ) -> None:
-    """Long-poll, record the latency of commands that answer a scheduler event, ack. With
-    ``beat_in_poll_s`` each poll carries the heartbeat (protocol version 3) and waits at
-    most that long; else it waits 30 s and :func:`heartbeat_loop` beats apart (version 2)."""
+    """Long-poll; put ``(kind, node, time.monotonic())`` on ``seen`` for each ``start`` and
+    ``stop`` as it arrives; ack. With ``beat_in_poll_s`` each poll carries the heartbeat
+    (protocol version 3) and waits at most that long; else it waits 30 s and
+    :func:`heartbeat_loop` beats apart (version 2)."""
     while not stop.is_set():
         if beat_in_poll_s is None:
             r = await request(
-                client, stats, "GET", f"/v1/agents/{agent_id}/commands", params={"wait": 30}
+                client, counts, "GET", f"/v1/agents/{agent_id}/commands", params={"wait": 30}
             )
         else:
             params = {"wait": beat_in_poll_s}
             r = await request(
-                client, stats, "POST", f"/v1/agents/{agent_id}/poll", json={}, params=params
+                client, counts, "POST", f"/v1/agents/{agent_id}/poll", json={}, params=params
             )
         if r is None or not r.is_success:
             await asyncio.sleep(1)
             continue
-        now = time.perf_counter()
+        now = time.monotonic()
         for command in r.json()["data"]:
-            if command["kind"] == "stop" and node in stats.busy_at:
-                stats.reclaim_s.append(now - stats.busy_at.pop(node))
-            elif command["kind"] == "start":
-                stats.started_nodes.add(node)
-                stats.last_start_at = now
-                if node in stats.idle_at:
-                    stats.allocation_s.append(now - stats.idle_at.pop(node))
-            elif command["kind"] == "stop":
-                stats.started_nodes.discard(node)
+            if command["kind"] in ("start", "stop"):
+                seen.put((command["kind"], node, now))
             await request(
                 client,
-                stats,
+                counts,
                 "POST",
                 f"/v1/agents/{agent_id}/commands/{command['command_id']}/ack",
                 json={"ok": True},
@@ -139,13 +152,188 @@ async def agent_loop(
 
 
 async def heartbeat_loop(
-    client: httpx.AsyncClient, stats: Stats, agent_id: str, period_s: float, stop: asyncio.Event
+    client: httpx.AsyncClient, counts: Counts, agent_id: str, period_s: float, stop: asyncio.Event
 ) -> None:
     """Heartbeat every ``period_s``, starting at a random phase."""
     await asyncio.sleep(random.uniform(0, period_s))
     while not stop.is_set():
-        await request(client, stats, "POST", f"/v1/agents/{agent_id}/heartbeat", json={})
+        await request(client, counts, "POST", f"/v1/agents/{agent_id}/heartbeat", json={})
         await asyncio.sleep(period_s)
+
+
+class PauseClock:
+    """The longest pause of this process's garbage collector since :meth:`reset`, seconds
+    (``gc.callbacks``): it stops every simulated agent of the process at once, so it is in
+    every latency."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
+
+    def reset(self) -> None:
+        self.longest_s = 0.0
+
+
+def agents_process(
+    args: argparse.Namespace,
+    url: str,
+    shard: int,
+    nodes: list[int],
+    out: multiprocessing.Queue,
+    measuring: multiprocessing.synchronize.Event,
+    done: multiprocessing.synchronize.Event,
+) -> None:
+    """A process of simulated agents, one per node number in ``nodes``, until ``done`` is
+    set. Puts on ``out``: ``("registered", shard, agents, seconds)`` once its agents are
+    registered, ``("tick", shard, requests, errors)`` every :data:`TICK_S`, each command
+    seen (:func:`agent_loop`), and at the end ``("done", shard, requests, errors,
+    error_samples, gc_pause_max_s, loop lags)``: the pause and the lags (seconds, one per
+    probe) since ``measuring`` was set."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process ends the run
+    asyncio.run(_agents(args, url, shard, nodes, out, measuring, done))
+
+
+async def _agents(
+    args: argparse.Namespace,
+    url: str,
+    shard: int,
+    nodes: list[int],
+    out: multiprocessing.Queue,
+    measuring: multiprocessing.synchronize.Event,
+    done: multiprocessing.synchronize.Event,
+) -> None:
+    async with freezing_every(args.client_gc_freeze_s):
+        counts, pauses, lags = Counts(), PauseClock(), []
+        stop = asyncio.Event()
+        tls = ssl.create_default_context()  # shared: building one per client costs ~0.2 s each
+        # one small client per agent, as on real nodes: httpx's pool scans its connections on
+        # every request, so one shared pool of thousands of connections costs O(agents) each
+        clients = [
+            httpx.AsyncClient(
+                base_url=url,
+                limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+                timeout=httpx.Timeout(90),
+                headers={"Authorization": f"Bearer {args.tokens['agent']}"},
+                verify=tls,
+            )
+            for _ in nodes
+        ]
+        gate = asyncio.Semaphore(max(1, REGISTERING // args.client_processes))
+        beat_in_poll_s = None if args.separate_heartbeats else args.heartbeat_s
+        tasks: list[asyncio.Task] = []
+
+        async def register(own: httpx.AsyncClient, i: int) -> bool:
+            """Register agent ``i`` and start its loops at once, as a real agent does (the
+            others still registering: at 10,000 agents that takes longer than a lease)."""
+            node = f"node{i:05d}"
+            async with gate:
+                r = await request(
+                    own,
+                    counts,
+                    "POST",
+                    "/v1/agents",
+                    json={
+                        "node": node,
+                        "host": "127.0.0.1",
+                        "ports": [29500 + i % 1000],
+                        "report_idle": True,
+                    },
+                )
+            if r is None or not r.is_success:
+                return False
+            agent_id = r.json()["agent_id"]
+            loop = agent_loop(own, counts, agent_id, node, stop, beat_in_poll_s, out)
+            tasks.append(asyncio.create_task(loop))
+            if args.separate_heartbeats:
+                beat = heartbeat_loop(own, counts, agent_id, args.heartbeat_s, stop)
+                tasks.append(asyncio.create_task(beat))
+            return True
+
+        async def probe_lag() -> None:
+            while True:
+                slept = time.perf_counter()
+                await asyncio.sleep(LAG_PROBE_S)
+                if measuring.is_set():
+                    if not lags:
+                        pauses.reset()
+                    lags.append(time.perf_counter() - slept - LAG_PROBE_S)
+
+        tasks.append(asyncio.create_task(probe_lag()))
+        try:
+            began = time.perf_counter()
+            pairs = zip(clients, nodes, strict=True)
+            registered = await asyncio.gather(*(register(c, i) for c, i in pairs))
+            seconds = time.perf_counter() - began
+            out.put(("registered", shard, sum(registered), seconds))
+            while not done.is_set():
+                out.put(("tick", shard, counts.requests, counts.errors))
+                await asyncio.sleep(TICK_S)
+        finally:
+            # the agents' loops end before their clients close, or they fail on a closed client
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for own in clients:
+                await own.aclose()
+        summary = (counts.requests, counts.errors, counts.error_samples, pauses.longest_s, lags)
+        out.put(("done", shard, *summary))
+
+
+# --- the scheduler and the measurement (the main process) ---
+
+
+@dataclass
+class Stats:
+    """What the main process knows of the run: its own requests, the processes' counts, the
+    held nodes, and the command latencies."""
+
+    own: Counts = field(default_factory=Counts)
+    processes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    registered: dict[int, tuple[int, float]] = field(default_factory=dict)
+    finals: dict[int, tuple] = field(default_factory=dict)
+    reclaim_s: list[float] = field(default_factory=list)
+    allocation_s: list[float] = field(default_factory=list)
+    event_post_s: list[float] = field(default_factory=list)
+    last_start_at: float = 0.0
+    started_nodes: set[str] = field(default_factory=set)
+    busy_at: dict[str, float] = field(default_factory=dict)
+    idle_at: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, object] = field(default_factory=dict)
+
+    def requests(self) -> int:
+        return self.own.requests + sum(r for r, _ in self.processes.values())
+
+    def errors(self) -> int:
+        return self.own.errors + sum(e for _, e in self.processes.values())
+
+    def take(self, message: tuple) -> None:
+        """Apply a message of a process of agents (:func:`agents_process`)."""
+        kind, key, *rest = message
+        if kind == "registered":
+            self.registered[key] = (rest[0], rest[1])
+        elif kind == "tick":
+            self.processes[key] = (rest[0], rest[1])
+        elif kind == "done":
+            self.processes[key] = (rest[0], rest[1])
+            self.finals[key] = tuple(rest)
+        elif kind == "start":
+            self.started_nodes.add(key)
+            self.last_start_at = rest[0]
+            if key in self.idle_at:
+                self.allocation_s.append(rest[0] - self.idle_at.pop(key))
+        elif kind == "stop":
+            if key in self.busy_at:
+                self.reclaim_s.append(rest[0] - self.busy_at.pop(key))
+            else:
+                self.started_nodes.discard(key)
 
 
 def now_iso() -> str:
@@ -189,7 +377,7 @@ async def scheduler(
                 }
             )
         if events:
-            posted = time.perf_counter()
+            posted = time.monotonic()
             for node in chosen:
                 stats.busy_at[node] = posted
                 stats.started_nodes.discard(node)
@@ -197,21 +385,23 @@ async def scheduler(
                 stats.idle_at[node] = posted
             await request(
                 client,
-                stats,
+                stats.own,
                 "POST",
                 "/v1/nodes/events",
                 json={"events": events},
                 headers={"Authorization": f"Bearer {args.tokens['scheduler']}"},
             )
-            stats.event_post_s.append(time.perf_counter() - posted)
+            stats.event_post_s.append(time.monotonic() - posted)
             returning += [(tick + args.idle_after_s, n) for n in chosen]
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
 def metrics_summary(metrics_text: str) -> dict[str, object]:
-    """From the service's /metrics: solve count, total solve time, statuses, and the agents
-    it marked lost over its lifetime (registration and warm-up included)."""
+    """From the service's /metrics: solve count, total solve time, statuses, the agents it
+    marked lost over its lifetime (registration and warm-up included), and the bucket bound
+    of its own p99 of ``POST /v1/nodes/events`` (posted only in the measured phase)."""
     summary: dict[str, object] = {"solver_status": {}}
+    buckets: list[tuple[float, float]] = []
     for line in metrics_text.splitlines():
         if line.startswith("interstice_agents_lost_total "):
             summary["agents_lost"] = float(line.split()[-1])
@@ -222,6 +412,16 @@ def metrics_summary(metrics_text: str) -> dict[str, object]:
         elif line.startswith("interstice_solver_status_total{"):
             status = line.split('"')[1]
             summary["solver_status"][status] = float(line.split()[-1])  # type: ignore[index]
+        elif line.startswith("interstice_request_seconds_bucket{") and (
+            'route="/v1/nodes/events"' in line and 'status="200"' in line
+        ):
+            bound = re.search(r'le="([^"]+)"', line)
+            buckets.append((float(bound.group(1)), float(line.split()[-1])))  # type: ignore[union-attr]
+    if buckets:
+        total = max(count for _, count in buckets)
+        summary["event_post_served_p99_le_s"] = min(
+            bound for bound, count in buckets if count >= 0.99 * total
+        )
     return summary
 
 
@@ -231,192 +431,148 @@ def quantiles(values: list[float]) -> tuple[float | None, float | None]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
-class PauseClock:
-    """The longest pause of this process's garbage collector since :meth:`reset`, seconds
-    (``gc.callbacks``): it stops every simulated agent at once, so it is in every latency."""
-
-    def __init__(self) -> None:
-        self.longest_s = 0.0
-        self._started = 0.0
-        gc.callbacks.append(self._observe)
-
-    def _observe(self, phase: str, _info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
-
-    def reset(self) -> None:
-        self.longest_s = 0.0
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes ``pids`` so far."""
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
 
 
 async def run(args: argparse.Namespace, url: str) -> None:
-    async with freezing_every(args.client_gc_freeze_s):
-        await simulate(args, url)
-
-
-async def simulate(args: argparse.Namespace, url: str) -> None:
+    """Start the processes of agents, run :func:`simulate`, and end them (in every case)."""
+    spawn = multiprocessing.get_context("spawn")
+    out, measuring, done = spawn.Queue(), spawn.Event(), spawn.Event()
     stats = Stats()
-    pauses = PauseClock()
-    stop = asyncio.Event()
-    agent_auth = {"Authorization": f"Bearer {args.tokens['agent']}"}
-    tls = ssl.create_default_context()  # shared: building one per client costs ~0.2 s each
-    # one small client per agent, as on real nodes: httpx's pool scans its connections on
-    # every request, so one shared pool of thousands of connections costs O(agents) each
-    clients = [
-        httpx.AsyncClient(
-            base_url=url,
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
-            timeout=httpx.Timeout(90),
-            headers=agent_auth,
-            verify=tls,
+    loop = asyncio.get_running_loop()
+
+    def drain() -> None:  # the processes' messages, in order, onto the event loop
+        while (message := out.get()) is not None:
+            loop.call_soon_threadsafe(stats.take, message)
+
+    reader = threading.Thread(target=drain, name="messages", daemon=True)
+    reader.start()
+    processes = [
+        spawn.Process(
+            target=agents_process,
+            args=(args, url, k, list(range(k, args.agents, args.client_processes))),
+            kwargs={"out": out, "measuring": measuring, "done": done},
+            name=f"agents-{k}",
         )
-        for _ in range(args.agents)
+        for k in range(args.client_processes)
     ]
-    client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(90))
-    tasks: list[asyncio.Task] = []
-    agents: list[tuple[httpx.AsyncClient, str, str]] = []
+    for process in processes:
+        process.start()
     try:
-        began = time.perf_counter()
-        gate = asyncio.Semaphore(50)
+        await simulate(args, url, stats, [p.pid for p in processes], measuring)
+    finally:
+        done.set()
+        for process in processes:
+            await asyncio.to_thread(process.join, 60)
+            if process.is_alive():
+                process.terminate()
+        out.put(None)
+        await asyncio.to_thread(reader.join, 10)
+        await asyncio.sleep(0)  # the last messages' callbacks
+    print(json.dumps(summary(args, stats)), flush=True)
 
-        beat_in_poll_s = None if args.separate_heartbeats else args.heartbeat_s
 
-        async def register(i: int) -> tuple[httpx.AsyncClient, str, str] | None:
-            """Register agent ``i`` and start its loops at once, as a real agent does (the
-            others still registering: at 10,000 agents that takes longer than a lease)."""
-            node = f"node{i:05d}"
-            own = clients[i]
-            async with gate:
-                r = await request(
-                    own,
-                    stats,
+async def simulate(
+    args: argparse.Namespace,
+    url: str,
+    stats: Stats,
+    pids: list[int],
+    measuring: multiprocessing.synchronize.Event,
+) -> None:
+    """Register, warm up, measure (the module docstring's phases); leaves the measured
+    phase's figures in ``stats.measured``."""
+    stop = asyncio.Event()
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(90)) as client:
+        try:
+            while len(stats.registered) < args.client_processes:
+                await asyncio.sleep(0.2)
+            agents = sum(n for n, _ in stats.registered.values())
+            seconds = max(s for _, s in stats.registered.values())
+            registered = {"phase": "register", "agents": agents, "seconds": round(seconds, 2)}
+            print(json.dumps(registered | {"errors": stats.errors()}), flush=True)
+            user = {"Authorization": f"Bearer {args.tokens['user']}"}
+            for _ in range(max(1, args.agents // 20)):
+                await request(
+                    client,
+                    stats.own,
                     "POST",
-                    "/v1/agents",
+                    "/v1/jobs",
+                    headers=user,
                     json={
-                        "node": node,
-                        "host": "127.0.0.1",
-                        "ports": [29500 + i % 1000],
-                        "report_idle": True,
+                        "model": "benchnet",
+                        "min_nodes": 1,
+                        "max_nodes": 32,
+                        "total_samples": 10**12,
                     },
                 )
-            if r is None or not r.is_success:
-                return None
-            agent_id = r.json()["agent_id"]
-            tasks.append(
-                asyncio.create_task(agent_loop(own, stats, agent_id, node, stop, beat_in_poll_s))
-            )
-            if args.separate_heartbeats:
-                tasks.append(
-                    asyncio.create_task(
-                        heartbeat_loop(own, stats, agent_id, args.heartbeat_s, stop)
-                    )
-                )
-            return own, agent_id, node
+            began = time.monotonic()
+            while time.monotonic() - began < args.warmup_s and (
+                len(stats.started_nodes) < 0.9 * agents
+                or time.monotonic() - stats.last_start_at < args.settle_s
+            ):
+                await asyncio.sleep(0.5)
+            warmed = {"phase": "warmup", "nodes_running": len(stats.started_nodes)}
+            warmed |= {"seconds": round(time.monotonic() - began, 2), "errors": stats.errors()}
+            print(json.dumps(warmed), flush=True)
+            requests_before, errors_before = stats.requests(), stats.errors()
+            server_cpu_before = cpu_seconds([args.server_pid])
+            client_cpu_before = cpu_seconds([os.getpid(), *pids])
+            measuring.set()
+            began = time.monotonic()
+            await scheduler(client, stats, args, stop)
+            await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
+            elapsed = time.monotonic() - began
+            metrics_text = (await client.get("/metrics")).text
+            if os.environ.get("BENCH_DUMP_METRICS"):
+                Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
+            stats.measured = {
+                "agents": agents,
+                "duration_s": round(elapsed, 1),
+                "requests": stats.requests() - requests_before,
+                "requests_per_s": round((stats.requests() - requests_before) / elapsed, 1),
+                "errors": stats.errors() - errors_before,
+                "server_cpu_share": round(
+                    (cpu_seconds([args.server_pid]) - server_cpu_before) / elapsed, 2
+                ),
+                "client_cpu_share": round(
+                    (cpu_seconds([os.getpid(), *pids]) - client_cpu_before) / elapsed, 2
+                ),
+                "load1_at_end": os.getloadavg()[0],
+            } | metrics_summary(metrics_text)
+        except asyncio.CancelledError:  # --max-run-s ran out: say how far the run got
+            agents = sum(n for n, _ in stats.registered.values())
+            timed_out = {"phase": "timed out", "agents": agents}
+            timed_out |= {"nodes_running": len(stats.started_nodes), "requests": stats.requests()}
+            print(json.dumps(timed_out | {"errors": stats.errors()}), flush=True)
+            raise
 
-        agents = [a for a in await asyncio.gather(*(register(i) for i in range(args.agents))) if a]
-        print(
-            json.dumps(
-                {
-                    "phase": "register",
-                    "agents": len(agents),
-                    "seconds": round(time.perf_counter() - began, 2),
-                    "errors": stats.errors,
-                }
-            ),
-            flush=True,
-        )
-        user = {"Authorization": f"Bearer {args.tokens['user']}"}
-        for _ in range(max(1, args.agents // 20)):
-            await request(
-                client,
-                stats,
-                "POST",
-                "/v1/jobs",
-                headers=user,
-                json={
-                    "model": "benchnet",
-                    "min_nodes": 1,
-                    "max_nodes": 32,
-                    "total_samples": 10**12,
-                },
-            )
-        began = time.perf_counter()
-        while time.perf_counter() - began < args.warmup_s and (
-            len(stats.started_nodes) < 0.9 * len(agents)
-            or time.perf_counter() - stats.last_start_at < args.settle_s
-        ):
-            await asyncio.sleep(0.5)
-        print(
-            json.dumps(
-                {
-                    "phase": "warmup",
-                    "nodes_running": len(stats.started_nodes),
-                    "seconds": round(time.perf_counter() - began, 2),
-                    "errors": stats.errors,
-                }
-            ),
-            flush=True,
-        )
-        requests_before, errors_before = stats.requests, stats.errors
-        server = psutil.Process(args.server_pid)
-        cpu_before = sum(server.cpu_times()[:2])
-        own_cpu_before = sum(psutil.Process().cpu_times()[:2])
-        pauses.reset()
-        began = time.perf_counter()
-        await scheduler(client, stats, args, stop)
-        await asyncio.sleep(args.idle_after_s + 2)  # let the last events' commands arrive
-        elapsed = time.perf_counter() - began
-        server_cpu_share = (sum(server.cpu_times()[:2]) - cpu_before) / elapsed
-        client_cpu_share = (sum(psutil.Process().cpu_times()[:2]) - own_cpu_before) / elapsed
-        metrics_text = (await client.get("/metrics")).text
-        solver = metrics_summary(metrics_text)
-        if os.environ.get("BENCH_DUMP_METRICS"):
-            Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
-    except asyncio.CancelledError:  # --max-run-s ran out: say how far the run got
-        timed_out = {"phase": "timed out", "agents": len(agents)}
-        timed_out |= {"nodes_running": len(stats.started_nodes), "requests": stats.requests}
-        print(json.dumps(timed_out | {"errors": stats.errors}), flush=True)
-        raise
-    finally:
-        # the agents' loops end before their clients close, or they fail on a closed client
-        stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for own in [client, *clients]:
-            await own.aclose()
+
+def summary(args: argparse.Namespace, stats: Stats) -> dict[str, object]:
+    """The run's summary line (the module docstring's fields)."""
     reclaim = quantiles(stats.reclaim_s)
     allocation = quantiles(stats.allocation_s)
     event_post = quantiles(stats.event_post_s)
-    print(
-        json.dumps(
-            {
-                "agents": len(agents),
-                "duration_s": round(elapsed, 1),
-                "requests": stats.requests - requests_before,
-                "requests_per_s": round((stats.requests - requests_before) / elapsed, 1),
-                "errors": stats.errors - errors_before,
-                "errors_total": stats.errors,
-                "error_samples": stats.error_samples,
-                "reclaims": len(stats.reclaim_s),
-                "reclaim_p50_s": reclaim[0],
-                "reclaim_p99_s": reclaim[1],
-                "allocations": len(stats.allocation_s),
-                "allocation_p50_s": allocation[0],
-                "allocation_p99_s": allocation[1],
-                "unanswered_reclaims": len(stats.busy_at),
-                "event_post_p50_s": event_post[0],
-                "event_post_p99_s": event_post[1],
-                "server_cpu_share": round(server_cpu_share, 2),
-                "client_cpu_share": round(client_cpu_share, 2),
-                "client_gc_pause_max_s": round(pauses.longest_s, 3),
-                "load1_at_end": os.getloadavg()[0],
-            }
-            | solver
-        ),
-        flush=True,
-    )
+    finals = list(stats.finals.values())
+    lags = [lag for final in finals for lag in final[4]]
+    return stats.measured | {
+        "client_processes": args.client_processes,
+        "errors_total": stats.errors(),
+        "error_samples": stats.own.error_samples + [s for f in finals for s in f[2]][:5],
+        "reclaims": len(stats.reclaim_s),
+        "reclaim_p50_s": reclaim[0],
+        "reclaim_p99_s": reclaim[1],
+        "allocations": len(stats.allocation_s),
+        "allocation_p50_s": allocation[0],
+        "allocation_p99_s": allocation[1],
+        "unanswered_reclaims": len(stats.busy_at),
+        "event_post_p50_s": event_post[0],
+        "event_post_p99_s": event_post[1],
+        "client_gc_pause_max_s": round(max((f[3] for f in finals), default=0.0), 3),
+        "client_loop_lag_p99_s": round(quantiles(lags)[1] or 0.0, 3),
+        "client_loop_lag_max_s": round(max(lags, default=0.0), 3),
+    }
 
 
 def main() -> None:
@@ -430,6 +586,13 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=10)
     parser.add_argument("--max-run-s", type=float, default=600)
     parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the simulated agents are split over (on 2 cores, 2 starve the "
+        "service: they take more CPU together than one event loop does)",
+    )
+    parser.add_argument(
         "--separate-heartbeats",
         action="store_true",
         help="agents of protocol version 2: a heartbeat request apart from each long-poll",
@@ -438,13 +601,15 @@ def main() -> None:
         "--client-gc-freeze-s",
         type=float,
         default=1.0,
-        help="this process's garbage-collection regime, as the service's "
+        help="the agent processes' garbage-collection regime, as the service's "
         "gc_freeze_interval_s (0: CPython's own): real agents are separate processes, "
         "whose collections do not stop each other",
     )
     args = parser.parse_args()
     if not 1 <= args.agents <= MAX_AGENTS:
         parser.error(f"--agents must be in 1..{MAX_AGENTS}")
+    if not 1 <= args.client_processes <= min(args.agents, os.cpu_count() or 1, 16):
+        parser.error("--client-processes must be in 1..min(agents, CPU cores, 16)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the server is stopped too
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = min(hard, max(soft, 4 * args.agents + 1000))
