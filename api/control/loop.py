@@ -48,7 +48,7 @@ from interstice.optimizer import (
 from interstice.optimizer import Job as OptimizerJob
 from interstice.optimizer.admission import admit, usable_nodes
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 log = logging.getLogger("interstice.api")
@@ -60,6 +60,12 @@ IDLE_INTERVALS_KEPT = 10000
 """Most recent idle intervals the ``auto`` horizon estimates from."""
 RESCALE_COSTS_KEPT = 20
 """Newest measured rescale costs per job and direction whose median the optimizer is told."""
+SOLVES_KEPT = 1000
+"""Newest applied solves (:class:`AllocationRecord`) kept for ``GET /v1/solves``; older ones
+are deleted as each new one is written (at 10,000 agents the loop solves about twice a
+second)."""
+UNRECORDED = {"node_names"}
+"""Fields of a job's share that its :class:`AllocationRecord` leaves out."""
 
 
 def optimizer_solver(problem: Problem, backend: str) -> Allocation:
@@ -118,7 +124,8 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     """
     with service.db.read() as session:
         table = stored_table(session)
-        pool = state.allocatable_nodes(session)
+        nodes = state.node_view(session)
+        pool = nodes.pool
         jobs = list(
             session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
         )
@@ -126,7 +133,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             return None
         objective = stored_objective(session)
         in_pool = set(pool)
-        held = state.holdings(session)
+        held = nodes.held
         observations = _observations(session, [j.id for j in jobs])
         costs = _rescale_costs(session, [j.id for j in jobs])
         candidates = []
@@ -290,34 +297,39 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
     The world may have moved during the solve: nodes that left the pool are dropped from a
     job's new set (a set below ``min_nodes`` becomes empty), jobs that ended are skipped.
     Shrinking jobs are moved before growing ones, so a node changing hands gets ``stop``
-    before ``start``.
+    before ``start``. The solve is recorded (each job's count, depth and rate, not its node
+    names) and all but the newest :data:`SOLVES_KEPT` records are deleted.
     """
     changes = Changes()
     with service.db.write() as session:
-        pool = set(state.allocatable_nodes(session))
-        held = state.holdings(session)
+        view = state.node_view(session)
+        pool, held = set(view.pool), view.held
         numbers = {share.job_id: parse_id(share.job_id, "j") for share in allocation.jobs}
+        # each active job's bounds and depth: the jobs that move are loaded whole below
         active = {
-            job.id: job
-            for job in session.scalars(
-                select(Job).where(
+            number: (min_nodes, depth)
+            for number, min_nodes, depth in session.execute(
+                select(Job.id, Job.min_nodes, Job.spb_depth).where(
                     Job.id.in_([n for n in numbers.values() if n is not None]),
                     Job.state.in_(ACTIVE_JOB_STATES),
                 )
             )
         }
-        moves = []
+        moving = []
         for share in allocation.jobs:
-            job = active.get(numbers[share.job_id])  # type: ignore[arg-type]
-            if job is None:
+            number = numbers[share.job_id]
+            if number not in active:
                 continue
+            min_nodes, depth = active[number]
             target = sorted(n for n in share.node_names if n in pool)
-            if len(target) < job.min_nodes:
+            if len(target) < min_nodes:
                 target = []
-            from_nodes = held.get(job.id, [])
-            if not state.unchanged(job, from_nodes, target, share.spb_depth):
-                growth = len(target) - len(from_nodes)
-                moves.append((growth, job.id, job, target, share.spb_depth))
+            from_nodes = held.get(number, [])
+            if not state.unchanged(depth, from_nodes, target, share.spb_depth):
+                moving.append((len(target) - len(from_nodes), number, target, share.spb_depth))
+        jobs = session.scalars(select(Job).where(Job.id.in_([m[1] for m in moving])))
+        loaded = {job.id: job for job in jobs}
+        moves = [(growth, n, loaded[n], target, depth) for growth, n, target, depth in moving]
         holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
         for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
@@ -340,15 +352,20 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                     held[holder[node]].remove(node)
                 holder[node] = job.id
             held[job.id] = target
-        session.add(
-            AllocationRecord(
-                status=allocation.status,
-                backend=allocation.backend,
-                objective=allocation.objective,
-                solve_time_s=allocation.solve_time_s,
-                horizon_s=allocation.horizon_s,
-                jobs=[share.model_dump(mode="json") for share in allocation.jobs],
-            )
+        record = AllocationRecord(
+            status=allocation.status,
+            backend=allocation.backend,
+            objective=allocation.objective,
+            solve_time_s=allocation.solve_time_s,
+            horizon_s=allocation.horizon_s,
+            # the counts, not the names: GET /v1/solves shows no names, and 10,000 of them
+            # made each record 160 kB
+            jobs=[share.model_dump(mode="json", exclude=UNRECORDED) for share in allocation.jobs],
+        )
+        session.add(record)
+        session.flush()
+        session.execute(
+            delete(AllocationRecord).where(AllocationRecord.id <= record.id - SOLVES_KEPT)
         )
     return changes
 

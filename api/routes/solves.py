@@ -18,5 +18,6 @@ def list_solves(
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> SolvesPublic:
     """Each applied solve, newest first: when, status, backend, objective, solve time,
-    horizon, the rescales it decided and every job's share. Roles: admin."""
+    horizon, the rescales it decided and every job's share (nodes, depth, samples/s). The
+    newest 1,000 are kept (:data:`interstice.api.control.loop.SOLVES_KEPT`). Roles: admin."""
     return reports.solves(service, limit, offset)

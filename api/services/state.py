@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from interstice.api.schemas.agents import Heartbeat
@@ -31,7 +32,7 @@ from interstice.api.store.tables import (
     Rescale,
     utcnow,
 )
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Select, and_, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 ACTIVE_JOB_STATES = ("queued", "running")
@@ -88,17 +89,37 @@ def held_nodes(session: Session, job_id: int) -> list[str]:
     return sorted(session.scalars(select(Node.name).where(Node.holder_job_id == job_id)))
 
 
-def holdings(session: Session) -> dict[int, list[str]]:
-    """Nodes held per job id, sorted by name (one query for all jobs)."""
-    held: dict[int, list[str]] = {}
+@dataclass(frozen=True)
+class NodeView:
+    """The nodes as the control loop sees them, from one query (:func:`node_view`).
+
+    Attributes:
+        pool: the allocatable nodes (idle, with an alive agent), sorted by name: the pool
+            the optimizer fills.
+        held: the nodes each job holds, by job id, each list sorted by name (allocatable
+            or not).
+    """
+
+    pool: list[str]
+    held: dict[int, list[str]]
+
+
+def node_view(session: Session) -> NodeView:
+    """Every node's name, holder and whether it is allocatable, in one query (at 10,000
+    nodes the pool and the holdings read apart cost a solve and its writing 35 ms more).
+    Sorted here, not by the database, whose collation may not be Python's (PostgreSQL's
+    locales)."""
+    allocatable = and_(Node.state == "idle", Agent.state == "alive")
     rows = session.execute(
-        select(Node.holder_job_id, Node.name)
-        .where(Node.holder_job_id.is_not(None))
-        .order_by(Node.name)
+        select(Node.name, Node.holder_job_id, allocatable).outerjoin(Agent, Agent.node == Node.name)
     )
-    for job_id, name in rows:
-        held.setdefault(job_id, []).append(name)
-    return held
+    view = NodeView(pool=[], held={})
+    for name, holder, in_pool in sorted(rows, key=itemgetter(0)):
+        if holder is not None:
+            view.held.setdefault(holder, []).append(name)
+        if in_pool:
+            view.pool.append(name)
+    return view
 
 
 def _allocatable(column: Any) -> Select[Any]:
@@ -137,10 +158,11 @@ def rendezvous_id(job: Job) -> str:
     return f"{job.job_id}-g{job.generation}"
 
 
-def unchanged(job: Job, from_nodes: list[str], to_nodes: list[str], to_depth: int) -> bool:
-    """Whether moving ``job`` from ``from_nodes`` to ``to_nodes`` at ``to_depth`` (both
-    sorted) changes nothing: the same nodes and the same depth, or no node either way."""
-    return from_nodes == to_nodes and (job.spb_depth == to_depth or not to_nodes)
+def unchanged(depth: int, from_nodes: list[str], to_nodes: list[str], to_depth: int) -> bool:
+    """Whether moving a job at SPB depth ``depth`` from ``from_nodes`` to ``to_nodes`` at
+    ``to_depth`` (both sorted) changes nothing: the same nodes and the same depth, or no
+    node either way."""
+    return from_nodes == to_nodes and (depth == to_depth or not to_nodes)
 
 
 def move_job(
@@ -160,12 +182,12 @@ def move_job(
     depth and state (``running`` when ``to_nodes`` is not empty, else ``queued`` for an
     active job) and a rescale record. Nothing happens when neither set nor depth changes
     (:func:`unchanged`). ``from_nodes``: the nodes the job holds, sorted, when the caller
-    read them in this transaction (:func:`holdings`); else they are read here.
+    read them in this transaction (:func:`node_view`); else they are read here.
     """
     if from_nodes is None:
         from_nodes = held_nodes(session, job.id)
     to_nodes = sorted(to_nodes)
-    if unchanged(job, from_nodes, to_nodes, to_depth):
+    if unchanged(job.spb_depth, from_nodes, to_nodes, to_depth):
         return
     agents = {
         a.node: a
@@ -457,14 +479,19 @@ def agents_gone(session: Session, agents: Iterable[Agent], state: str, changes: 
         changes.stale = True
 
 
+PENDING_COMMANDS = (
+    select(Command, Job)
+    .join(Job, Job.id == Command.job_id)
+    .where(Command.agent_id == bindparam("agent_id"), Command.acked_at.is_(None))
+    .order_by(Command.id)
+)
+"""The query of :func:`pending_commands`, built once: building it at each read was half of a
+read's 0.4 ms (at 10,000 agents the agents read about 130 commands a second)."""
+
+
 def pending_commands(session: Session, agent_id: int) -> list[tuple[Command, Job]]:
     """The agent's unacknowledged commands with their jobs, oldest first."""
-    rows = session.execute(
-        select(Command, Job)
-        .join(Job, Job.id == Command.job_id)
-        .where(Command.agent_id == agent_id, Command.acked_at.is_(None))
-        .order_by(Command.id)
-    )
+    rows = session.execute(PENDING_COMMANDS, {"agent_id": agent_id})
     return [(c, j) for c, j in rows]
 
 
