@@ -329,9 +329,9 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
                 moving.append((len(target) - len(from_nodes), number, target, share.spb_depth))
         jobs = session.scalars(select(Job).where(Job.id.in_([m[1] for m in moving])))
         loaded = {job.id: job for job in jobs}
-        moves = [(growth, n, loaded[n], target, depth) for growth, n, target, depth in moving]
         holder = {node: job_id for job_id, nodes in held.items() for node in nodes}
-        for growth, _, job, target, depth in sorted(moves, key=lambda m: m[:2]):
+        for growth, number, target, depth in sorted(moving, key=lambda m: m[:2]):
+            job = loaded[number]
             seconds = job.rescale_up_s if growth > 0 else job.rescale_down_s
             from_nodes = held.get(job.id, [])  # as the moves before this one left them
             state.move_job(

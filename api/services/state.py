@@ -89,6 +89,10 @@ def held_nodes(session: Session, job_id: int) -> list[str]:
     return sorted(session.scalars(select(Node.name).where(Node.holder_job_id == job_id)))
 
 
+ALLOCATABLE = and_(Node.state == "idle", Agent.state == "alive")
+"""A node the optimizer may fill: idle, with an alive agent (``Node`` joined to its ``Agent``)."""
+
+
 @dataclass(frozen=True)
 class NodeView:
     """The nodes as the control loop sees them, from one query (:func:`node_view`).
@@ -109,9 +113,8 @@ def node_view(session: Session) -> NodeView:
     nodes the pool and the holdings read apart cost a solve and its writing 35 ms more).
     Sorted here, not by the database, whose collation may not be Python's (PostgreSQL's
     locales)."""
-    allocatable = and_(Node.state == "idle", Agent.state == "alive")
     rows = session.execute(
-        select(Node.name, Node.holder_job_id, allocatable).outerjoin(Agent, Agent.node == Node.name)
+        select(Node.name, Node.holder_job_id, ALLOCATABLE).outerjoin(Agent, Agent.node == Node.name)
     )
     view = NodeView(pool=[], held={})
     for name, holder, in_pool in sorted(rows, key=itemgetter(0)):
@@ -124,11 +127,7 @@ def node_view(session: Session) -> NodeView:
 
 def _allocatable(column: Any) -> Select[Any]:
     """``column`` of the nodes that are idle and have an alive agent."""
-    return (
-        select(column)
-        .join(Agent, Agent.node == Node.name)
-        .where(Node.state == "idle", Agent.state == "alive")
-    )
+    return select(column).join(Agent, Agent.node == Node.name).where(ALLOCATABLE)
 
 
 def allocatable_nodes(session: Session) -> list[str]:

@@ -26,6 +26,13 @@ def _share(job_id: str, nodes: list[str]) -> JobAllocation:
     )
 
 
+def _allocation(*shares: JobAllocation) -> Allocation:
+    return Allocation(
+        status="optimal", objective=0.0, backend="cpsat", solve_time_s=0.0, horizon_s=60.0,
+        jobs=shares,
+    )  # fmt: skip
+
+
 def test_two_jobs_that_swap_a_node_each_keep_every_node_held(api: Api) -> None:
     nodes = ["n1", "n2", "n3", "n4"]
     agents = {n: api.register(n) for n in nodes}
@@ -36,14 +43,7 @@ def test_two_jobs_that_swap_a_node_each_keep_every_node_held(api: Api) -> None:
     (a1, a2), (b1, b2) = api.job(a)["nodes"], api.job(b)["nodes"]
     # Equal growth (0): the moves are written in job order, A first. A gives a2 to B and
     # takes b1; when B's move is written, b1 is already A's: B must not stop or free it.
-    swap = Allocation(
-        status="optimal",
-        objective=0.0,
-        backend="cpsat",
-        solve_time_s=0.0,
-        horizon_s=60.0,
-        jobs=(_share(a, sorted([a1, b1])), _share(b, sorted([a2, b2]))),
-    )
+    swap = _allocation(_share(a, sorted([a1, b1])), _share(b, sorted([a2, b2])))
     service = api.app.state.service
     apply_allocation(service, swap)
     with service.db.read() as session:
@@ -58,13 +58,6 @@ def test_two_jobs_that_swap_a_node_each_keep_every_node_held(api: Api) -> None:
     number = {a: int(a.split("-")[1]), b: b_number}
     assert holders == {a1: number[a], b1: number[a], a2: number[b], b2: number[b]}
     assert int(agents[b1].split("-")[1]) not in stops_for_b  # b1 went to A, not to nobody
-
-
-def _allocation(*shares: JobAllocation) -> Allocation:
-    return Allocation(
-        status="optimal", objective=0.0, backend="cpsat", solve_time_s=0.0, horizon_s=60.0,
-        jobs=shares,
-    )  # fmt: skip
 
 
 def test_the_node_view_gives_the_pool_and_every_held_node_sorted(api: Api) -> None:
