@@ -42,7 +42,8 @@ from interstice.api.store.tables import utcnow
 from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-_PATH = re.compile(r"/v1/agents/(a-[0-9]{1,15})/(poll|commands|heartbeat)")
+AGENT_PATH = re.compile(r"/v1/agents/(a-[0-9]{1,15})/(poll|commands|heartbeat)")
+"""The path of a quiet agent's request (poll, long-poll, heartbeat): agent id, kind."""
 _WAIT = re.compile(rb"wait=([0-9]{1,2}(?:\.[0-9]{1,6})?)")
 _METHOD = {"poll": "POST", "commands": "GET", "heartbeat": "POST"}
 _COMMANDS_JSON = TypeAdapter(CommandsPublic)
@@ -73,7 +74,7 @@ class AgentFastPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            match = _PATH.fullmatch(scope["path"])
+            match = AGENT_PATH.fullmatch(scope["path"])
             if match and scope["method"] == _METHOD[match[2]]:
                 headers = dict(scope["headers"])
                 if self._authorized(headers):

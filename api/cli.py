@@ -69,7 +69,7 @@ def serve(
     in flight get 2 s to answer, a second Ctrl-C closes the unanswered ones at once.
     """
     import uvicorn
-    from interstice.api import serving
+    from interstice.api import access_log, serving
     from interstice.api.main import create_app
 
     settings = _settings(config, db_url=db, host=host, port=port)
@@ -83,14 +83,16 @@ def serve(
     typer.echo(
         f"interstice serving on http://{settings.host}:{settings.port} (db {settings.db_url})"
     )
+    config = uvicorn.Config(
+        serving.Quiet(app),
+        log_level=settings.log_level,
+        # agents reuse one connection between heartbeats and long-polls: keep it open
+        # longer than both, so a request never races the server closing an idle one
+        timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
+    )
+    access_log.quiet_agent_requests()  # after the config, which sets up uvicorn's loggers
     server = serving.Server(
-        uvicorn.Config(
-            serving.Quiet(app),
-            log_level=settings.log_level,
-            # agents reuse one connection between heartbeats and long-polls: keep it open
-            # longer than both, so a request never races the server closing an idle one
-            timeout_keep_alive=int(max(75, 3 * settings.heartbeat_interval_s)),
-        ),
+        config,
         # long-polls answer now, so none is still open (and dropped) at the deadline
         on_shutdown=app.state.service.notifier.close,
     )

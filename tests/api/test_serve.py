@@ -1,5 +1,6 @@
-"""``interstice serve`` as a process: a port in use is refused before anything is done, and
-Ctrl-C during a batch of 10,000 node events stops it cleanly.
+"""``interstice serve`` as a process: a port in use is refused before anything is done,
+Ctrl-C during a batch of 10,000 node events stops it cleanly, and at the default log level
+its access log leaves out the quiet agents' polls.
 
 Timeline of the Ctrl-C test: the service starts; the test takes SQLite's write lock, so the
 batch posted next waits on it inside the service (in flight, as a batch written while the
@@ -30,9 +31,9 @@ BATCH = 10000  # events, the most one request may carry
 STARTUP_TIMEOUT_S = 120.0
 
 
-def create_token(db: str) -> str:
+def create_token(db: str, role: str = "scheduler") -> str:
     return subprocess.run(
-        [interstice_executable(), "token", "create", "--role", "scheduler", "--db", db],
+        [interstice_executable(), "token", "create", "--role", role, "--db", db],
         capture_output=True,
         text=True,
         check=True,
@@ -42,18 +43,20 @@ def create_token(db: str) -> str:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator:
-    """Start ``interstice serve`` on a database and port, logging each request's start into
-    ``tmp_path``; killed at the end if still running."""
+    """Start ``interstice serve`` on a database and port, logging into ``tmp_path`` (at
+    ``trace``: each request's start too); killed at the end if still running."""
     started: list[subprocess.Popen] = []
 
-    def start(db: str, port: int, name: str) -> tuple[subprocess.Popen, Path]:
+    def start(
+        db: str, port: int, name: str, log_level: str = "trace"
+    ) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"{name}.log"
         with log.open("w") as output:
             process = subprocess.Popen(
                 [interstice_executable(), "serve", "--db", db, "--port", str(port)],
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env=os.environ | {"INTERSTICE_LOG_LEVEL": "trace"},
+                env=os.environ | {"INTERSTICE_LOG_LEVEL": log_level},
             )
         started.append(process)
         wait_until(
@@ -151,3 +154,37 @@ def test_ctrl_c_during_a_large_batch_is_clean_and_never_answers_500(
     assert retries[0].json() == retries[1].json()
     with sqlite3.connect(database) as reader:
         assert reader.execute("SELECT count(*) FROM nodes").fetchone() == (BATCH,)
+
+
+def test_the_access_log_at_info_leaves_out_quiet_agent_polls_and_keeps_the_rest(
+    tmp_path: Path, serve
+) -> None:
+    db, port = f"sqlite:///{tmp_path / 's.db'}", free_port()
+    agent, user = create_token(db, "agent"), create_token(db, "user")
+    server, log = serve(db, port, "info", log_level="info")
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        as_agent = {"Authorization": f"Bearer {agent}"}
+        registered = client.post(
+            "/v1/agents",
+            json={"node": "n1", "host": "h-n1", "ports": [29500, 29501]},
+            headers=as_agent,
+        )
+        assert registered.status_code in (200, 201), registered.text
+        agent_id = registered.json()["agent_id"]
+        for _ in range(3):
+            r = client.get(f"/v1/agents/{agent_id}/commands?wait=0", headers=as_agent)
+            assert r.status_code == 200, r.text
+        r = client.post(f"/v1/agents/{agent_id}/heartbeat", json={}, headers=as_agent)
+        assert r.status_code == 200, r.text
+        refused = client.get(f"/v1/agents/{agent_id}/commands?wait=0")
+        assert refused.status_code == 401
+        r = client.get("/v1/jobs", headers={"Authorization": f"Bearer {user}"})
+        assert r.status_code == 200, r.text
+    wait_until(lambda: '"GET /v1/jobs HTTP/1.1" 200' in log.read_text(), 30, "logged")
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=60) == 0
+    lines = log.read_text().splitlines()
+    assert any('"POST /v1/agents HTTP/1.1" 20' in line for line in lines), lines
+    assert any(f'/v1/agents/{agent_id}/commands?wait=0 HTTP/1.1" 401' in line for line in lines)
+    assert not any(f'/v1/agents/{agent_id}/commands?wait=0 HTTP/1.1" 200' in line for line in lines)
+    assert not any(f"/v1/agents/{agent_id}/heartbeat" in line for line in lines), lines
