@@ -53,6 +53,18 @@ class Metrics:
         self.rescales = Counter(
             "interstice_rescales", "Job rescales by reason", ["reason"], registry=r
         )
+        self.forecast_coverage = Gauge(
+            "interstice_forecast_coverage",
+            "Share of the newest ended idle intervals whose node had an until, as the last "
+            "solve with forecasts saw it (NaN: fewer than 50 ended, or no forecasts)",
+            registry=r,
+        )
+        self.forecasts_used = Gauge(
+            "interstice_forecasts_used",
+            "1 if the last solve used the nodes' until forecasts, else 0 (none given, or the "
+            "coverage below the objective's forecast_min_coverage)",
+            registry=r,
+        )
         self.agents_lost = Counter(
             "interstice_agents_lost",
             "Agents marked lost: silent for missed_heartbeats_lost heartbeat intervals",

@@ -35,7 +35,10 @@ mean and max of each ratio, and in how many windows it was >= 1). Last, the load
 ``--forecast none|exact|plan`` (with ``--forecast-coverage P --forecast-error F
 --forecast-seed S`` for plan) tells the elastic policies the idle holes' ends as
 ``interstice replay --forecast`` does (:mod:`interstice.replay.forecast`); rigid ignores
-them. The first JSON line records the settings.
+them; they use them only while the coverage measured over the ended holes is at least
+``--forecast-min-coverage`` (default 0.9, :mod:`interstice.optimizer.coverage`; 0: always),
+and each policy's line gives ``forecast_solves`` and the final ``forecast_coverage``. The
+first JSON line records the settings.
 
 ``--seeds 1,2,...`` replays each 192-node window once per node draw (``--nodes 192 --seed S``
 for each S) instead of its own seed alone: the same start and 48 hours, other nodes. The
@@ -48,7 +51,7 @@ Usage: python bench/replay_windows.py [--windows s1,s2,...] [--policies milp,gre
     [--horizon 300|auto] [--rigid-nodes K]
     [--admission-efficiency 0.9] [--seeds 1,2,3]
     [--forecast none|exact|plan [--forecast-coverage 0.5 --forecast-error 0.5]]
-    [--forecast-classes K]
+    [--forecast-classes K] [--forecast-min-coverage C]
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 from interstice.optimizer import ScalabilityTable, Weights, admission
+from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
 from interstice.optimizer.problem import FORECAST_CLASSES
 from interstice.replay.choices import OBJECTIVES, POLICIES, allocators, normalisation, sample_nodes
 from interstice.replay.forecast import FORECASTS, ForecastSettings, HoleForecasts
@@ -136,6 +140,12 @@ def main() -> None:
         default=FORECAST_CLASSES,
         help="Problem.forecast_classes: classes of nodes forecast to leave within the horizon",
     )
+    parser.add_argument(
+        "--forecast-min-coverage",
+        type=float,
+        default=FORECAST_MIN_COVERAGE,
+        help="Problem.forecast_min_coverage: forecasts are used only at this coverage or more",
+    )
     args = parser.parse_args()
     try:
         forecast = ForecastSettings(
@@ -145,6 +155,8 @@ def main() -> None:
         sys.exit(str(exc))
     if args.forecast_classes < 1:
         sys.exit(f"--forecast-classes must be >= 1, got {args.forecast_classes}")
+    if not 0 <= args.forecast_min_coverage <= 1:
+        sys.exit(f"--forecast-min-coverage must be in [0, 1], got {args.forecast_min_coverage}")
     names = args.windows.split(",")
     policies = args.policies.split(",")
     unknown = [n for n in names if n not in WINDOWS] + [p for p in policies if p not in POLICIES]
@@ -168,6 +180,7 @@ def main() -> None:
         admission_efficiency=args.admission_efficiency,
         reclaim_loss_s=args.reclaim_loss_s,
         forecast_classes=args.forecast_classes,
+        forecast_min_coverage=args.forecast_min_coverage,
     )
     run = allocators(args.backend)
     common = {
@@ -181,6 +194,7 @@ def main() -> None:
         "reclaim_loss_s": args.reclaim_loss_s,
         **forecast.report(),
         "forecast_classes": args.forecast_classes,
+        "forecast_min_coverage": args.forecast_min_coverage,
     }
     print(json.dumps({"load_average_start": os.getloadavg(), **common}), flush=True)
     runs = []
@@ -239,6 +253,8 @@ def main() -> None:
                 "solve_p99_s": figures["solve_time_s"]["p99"],
                 "solve_wall_p99_s": figures["solve_wall_s"]["p99"],
                 "solves": figures["solves"],
+                "forecast_solves": figures["forecast_solves"],
+                "forecast_coverage": figures["forecast_coverage"],
                 "replay_wall_s": round(time.perf_counter() - started, 1),
             }
             print(json.dumps(line), flush=True)

@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Literal
 
 import numpy as np
+from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
 from interstice.optimizer.forecast import NodeLives, node_lives, score_forecast_options
 from interstice.optimizer.objective import score_options
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -485,6 +486,12 @@ class Problem(BaseModel):
             leave within the horizon at the shortest life among them: the 192-node replay's
             solves stay within 50 ms at p99 (up to 10 s with K = 6), see
             :mod:`interstice.optimizer.formulation`, "Cost, honestly".
+        forecast_coverage: the share of the newest ended idle holes whose end had been
+            forecast, in [0, 1] (:func:`interstice.optimizer.coverage.forecast_coverage`);
+            ``None`` (the default): unknown.
+        forecast_min_coverage: the forecasts are used only while ``forecast_coverage`` is
+            unknown or at least this, in [0, 1] (default 0.9; 0: always): below it every
+            answer is the one without them (:mod:`interstice.optimizer.coverage` says why).
     """
 
     model_config = Frozen
@@ -498,10 +505,23 @@ class Problem(BaseModel):
     relative_gap: float = Field(default=0.0, ge=0, lt=1)
     idle_forecast_s: dict[str, float] | None = None
     forecast_classes: int = Field(default=FORECAST_CLASSES, ge=1)
+    forecast_coverage: float | None = Field(default=None, ge=0, le=1)
+    forecast_min_coverage: float = Field(default=FORECAST_MIN_COVERAGE, ge=0, le=1)
+
+    @property
+    def forecasts_used(self) -> bool:
+        """Whether the forecasts enter the model: some are given and the coverage is
+        unknown or at least ``forecast_min_coverage``."""
+        return bool(self.idle_forecast_s) and (
+            self.forecast_coverage is None or self.forecast_coverage >= self.forecast_min_coverage
+        )
 
     @cached_property
     def lives(self) -> NodeLives | None:
-        """The idle nodes' classes by forecast life; ``None`` without forecasts."""
+        """The idle nodes' classes by forecast life; ``None`` without forecasts, or where
+        they are not used (:attr:`forecasts_used`)."""
+        if not self.forecasts_used:
+            return None
         return node_lives(
             self.idle_nodes, self.idle_forecast_s, self.horizon_s, self.forecast_classes
         )

@@ -124,6 +124,12 @@ def replay(
         "the greedy tell apart (Problem.forecast_classes, default 1), >= 1: more classes "
         "value short-lived nodes closer to their ends and make a solve branch more.",
     ),
+    forecast_min_coverage: float | None = typer.Option(
+        None,
+        help="The elastic policies use the forecasts only while at least this share of the "
+        "newest ended holes had been forecast (Problem.forecast_min_coverage), in [0, 1]; "
+        "0: always (default: the service's, 0.9).",
+    ),
     reclaim_loss_s: float = typer.Option(
         0.0,
         help="Seconds of progress a reclaim costs an elastic job beyond its rescale_down_s "
@@ -144,6 +150,7 @@ def replay(
     """Replay elastic jobs on the node-state trace; write report.json and report.png."""
     import numpy as np
     from interstice.optimizer import ScalabilityTable, Weights, admission
+    from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
     from interstice.replay import report as report_module
     from interstice.replay.choices import (
         OBJECTIVES,
@@ -212,6 +219,10 @@ def replay(
         fail(f"--forecast-error must be a finite number >= 0, got {forecast_error}")
     if forecast_classes is not None and forecast_classes < 1:
         fail(f"--forecast-classes must be >= 1, got {forecast_classes}")
+    if forecast_min_coverage is None:
+        forecast_min_coverage = FORECAST_MIN_COVERAGE
+    if not 0 <= forecast_min_coverage <= 1:
+        fail(f"--forecast-min-coverage must be within [0, 1], got {forecast_min_coverage}")
     forecast_settings = ForecastSettings(forecast, forecast_coverage, forecast_error, forecast_seed)
     horizon_s = None
     if horizon != "auto":
@@ -308,6 +319,7 @@ def replay(
         weights=weights,
         reclaim_loss_s=reclaim_loss_s,
         **({} if forecast_classes is None else {"forecast_classes": forecast_classes}),
+        forecast_min_coverage=forecast_min_coverage,
     )
     believed = perturb(table, rate_error, rate_seed)
     console = Console(stderr=True)
@@ -386,6 +398,7 @@ def replay(
         "learn": learn,
         **forecast_settings.report(),
         "forecast_classes": options.forecast_classes,
+        "forecast_min_coverage": forecast_min_coverage,
         "rigid_nodes": rigid_nodes,
         "checkpoint_interval_s": checkpoint_interval_s,
         "reclaim_loss_s": reclaim_loss_s,

@@ -53,8 +53,10 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         sum, plus progress made at an SPB depth below the best one's and a rigid job's
         ``lost_samples``),
         ``rescales``, ``preemptions``, ``by_model`` (:func:`by_model`: where the node time
-        went, per model), solve counts, ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds),
-        ``statuses`` and ``replay_wall_s``.
+        went, per model), solve counts, ``forecast_solves`` (the solves that used forecasts)
+        and ``forecast_coverage`` (at the end; ``None``: unknown or no forecasts),
+        ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds), ``statuses`` and
+        ``replay_wall_s``.
     """
     jobs = result.jobs
     goodput = sum(rec.goodput for rec in jobs)
@@ -100,6 +102,8 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "solves": result.solves,
         "skipped_solves": result.skipped_solves,
         "deferred_solves": result.deferred_solves,
+        "forecast_solves": result.forecast_solves,
+        "forecast_coverage": result.forecast_coverage,
         "solve_time_s": _percentiles(result.solve_times_s),
         "solve_wall_s": _percentiles(result.solve_wall_s),
         "statuses": dict(sorted(result.statuses.items())),

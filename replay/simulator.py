@@ -37,7 +37,11 @@ as allocated throughout.
 Idle-hole forecasts (``forecast``, :mod:`interstice.replay.forecast`): each solve's
 :class:`~interstice.optimizer.Problem` carries the forecast remaining idle time of the idle
 nodes whose hole end is known (``idle_forecast_s``); the trace still decides when a node is
-reclaimed, and a reclaim costs what it costs without forecasts.
+reclaimed, and a reclaim costs what it costs without forecasts. Each idle node that the
+trace makes busy ends a hole; whether its end had been forecast (the forecast just before)
+feeds the coverage (:class:`interstice.optimizer.coverage.CoverageMeter`) that each solve
+carries (``Problem.forecast_coverage``): below ``forecast_min_coverage`` the solve is told
+nothing.
 
 What the optimizer believes may differ from the truth: the simulator always trains at the
 *true* table's rates, while each solve's :class:`~interstice.optimizer.Problem` carries a
@@ -91,6 +95,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights, admission
+from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE, CoverageMeter
 from interstice.optimizer.problem import FORECAST_CLASSES
 from interstice.replay.jobs import JobSpec
 from interstice.replay.rates import Learner
@@ -129,6 +134,7 @@ class ReplayOptions:
             optimizer is told it (``Job.reclaim_loss_s``), so with forecasts it may shrink a
             job before a forecast reclaim (a planned shrink).
         forecast_classes: ``Problem.forecast_classes`` of every solve, >= 1.
+        forecast_min_coverage: ``Problem.forecast_min_coverage`` of every solve, in [0, 1].
     """
 
     max_active_jobs: int | None = None
@@ -140,7 +146,12 @@ class ReplayOptions:
     skip_equivalent: bool = True
     reclaim_loss_s: float = 0.0
     forecast_classes: int = FORECAST_CLASSES
+    forecast_min_coverage: float = FORECAST_MIN_COVERAGE
 
+
+HOLE_END_S = 1e-3
+"""How long before a node goes busy its hole's forecast is read (the trace's times are whole
+seconds, so this is within the hole)."""
 
 PAUSE_CAUSES = ("start", "grow", "shrink", "depth", "reclaim")
 """Why a job pauses: the policy starts it (0 -> n nodes), grows it, shrinks it (to n > 0) or
@@ -218,6 +229,8 @@ class ReplayResult:
         solves: solves run.
         skipped_solves: solves skipped as provably unchanged.
         deferred_solves: solves postponed by ``min_solve_interval_s``.
+        forecast_solves: solves that used forecasts (``Problem.forecasts_used``).
+        forecast_coverage: the coverage at the end (``None``: unknown, or no forecasts).
         wall_s: wall seconds of the whole replay.
     """
 
@@ -238,6 +251,8 @@ class ReplayResult:
     solves: int = 0
     skipped_solves: int = 0
     deferred_solves: int = 0
+    forecast_solves: int = 0
+    forecast_coverage: float | None = None
     wall_s: float = 0.0
 
 
@@ -259,6 +274,7 @@ class Replay:
     ) -> None:
         self.window, self.table, self.policy = window, table, policy
         self.forecast = forecast
+        self.coverage = CoverageMeter()
         self.believed = table if believed is None else believed
         self.learner = Learner(self.believed) if options.learn else None
         self.horizon, self.options = horizon, options
@@ -464,6 +480,16 @@ class Replay:
             rec.progress_points.append((now_s, 0.0))
             self.jobs_changed = True
 
+    def holes_ended(self, nodes: np.ndarray, now_s: float) -> None:
+        """Count the holes that the idle ``nodes`` end by going busy at ``now_s`` into the
+        forecast coverage: forecast if their node had one a moment before."""
+        if self.forecast is None or not nodes.size:
+            return
+        told = self.forecast(now_s - HOLE_END_S, nodes)
+        for node in nodes.tolist():
+            self.coverage.ended(node in told)
+        self.result.forecast_coverage = self.coverage.coverage
+
     # -- solving --------------------------------------------------------------------------
 
     def saturated(self, horizon_s: float) -> bool:
@@ -509,11 +535,14 @@ class Replay:
             time_limit_s=self.options.time_limit_s,
             idle_forecast_s=forecast_s,
             forecast_classes=self.options.forecast_classes,
+            forecast_coverage=self.coverage.coverage,
+            forecast_min_coverage=self.options.forecast_min_coverage,
         )
         allocation = self.policy(problem)
         self.apply(allocation, now_s)
         result = self.result
         result.solves += 1
+        result.forecast_solves += problem.forecasts_used
         result.statuses[allocation.status] = result.statuses.get(allocation.status, 0) + 1
         result.solve_times_s.append(allocation.solve_time_s)
         result.solve_wall_s.append(time.perf_counter() - started)
@@ -605,6 +634,7 @@ class Replay:
                 flipped = nodes[self.idle[nodes] != before]
                 if flipped.size:
                     self.changed, self.horizon_memo = True, None
+                    self.holes_ended(flipped[~self.idle[flipped]], now_s)
                     self.idle_since_s[flipped] = np.where(self.idle[flipped], now_s, np.nan)
                     self.reclaim(np.unique(nodes[~self.idle[nodes]]), now_s)
                 event += 1

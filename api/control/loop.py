@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -120,7 +121,9 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     ``max_active_jobs`` in all when set; a job's usable nodes are
     :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
     Forecasts (``Problem.idle_forecast_s``): :func:`idle_forecast_s` of the allocatable
-    nodes whose newest scheduler event gave an ``until``; None when none did.
+    nodes whose newest scheduler event gave an ``until``; None when none did. They enter
+    the model only while the forecast coverage (:func:`state.forecast_coverage`) is unknown
+    or at least the objective's ``forecast_min_coverage``.
     """
     with service.db.read() as session:
         table = stored_table(session)
@@ -178,6 +181,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         )
         if not problem_jobs:
             return None
+        forecasts = idle_forecast_s(state.allocatable_untils(session), utcnow()) or None
         problem = Problem(
             idle_nodes=tuple(pool),
             jobs=tuple(problem_jobs),
@@ -195,8 +199,10 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             horizon_s=horizon,
             time_limit_s=objective.time_limit_s,
             relative_gap=objective.relative_gap,
-            idle_forecast_s=idle_forecast_s(state.allocatable_untils(session), utcnow()) or None,
+            idle_forecast_s=forecasts,
             forecast_classes=objective.forecast_classes,
+            forecast_coverage=state.forecast_coverage(session) if forecasts else None,
+            forecast_min_coverage=objective.forecast_min_coverage,
         )
         return problem, objective.backend
 
@@ -484,6 +490,9 @@ class ControlLoop:
         metrics = self.service.metrics
         metrics.solve_seconds.observe(allocation.solve_time_s)
         metrics.solver_status.labels(allocation.status).inc()
+        coverage = problem.forecast_coverage
+        metrics.forecast_coverage.set(math.nan if coverage is None else coverage)
+        metrics.forecasts_used.set(int(problem.forecasts_used))
         changes: Changes = await self._in_thread(apply_allocation, self.service, allocation)  # type: ignore[assignment]
         self.solves += 1
         changes.stale = False  # the loop's own moves do not call for another solve

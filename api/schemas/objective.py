@@ -35,6 +35,11 @@ class ObjectivePublic(BaseModel):
             closer to its own and solve slower (up to the time limit at 6 on 192 nodes);
             in the replay 6 paid only where a reclaim costs more than a shrink
             (``reclaim_loss_s`` > 0).
+        forecast_min_coverage: the optimizer uses the forecasts only while the share of the
+            newest ended idle intervals whose node had an ``until`` is unknown (fewer than
+            50) or at least this, in [0, 1] (default 0.9; 0: always): told some short lives
+            and not others it did worse in the replay than told nothing
+            (:mod:`interstice.optimizer.coverage`).
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
@@ -54,6 +59,7 @@ class ObjectivePublic(BaseModel):
     completion_s: float
     reclaim_loss_s: float
     forecast_classes: int
+    forecast_min_coverage: float
     horizon_s: float | Literal["auto"]
     backend: Backend
     time_limit_s: float
@@ -92,6 +98,7 @@ class ObjectiveUpdate(Request):
     completion_s: float | None = Field(default=None, ge=0, le=1e9)
     reclaim_loss_s: float | None = Field(default=None, ge=0, le=1e6)
     forecast_classes: int | None = Field(default=None, ge=1, le=MAX_FORECAST_CLASSES)
+    forecast_min_coverage: float | None = Field(default=None, ge=0, le=1)
     horizon_s: float | Literal["auto"] | None = Field(
         default=None, json_schema_extra=_horizon_bounds
     )

@@ -9,7 +9,9 @@ one applied to its node is recorded as superseded (with that newest ``at``) and 
 nothing (events with equal ``at`` apply in arrival order). An applied event also sets the
 node's ``until`` (the scheduler's forecast of when it wants the node back) to its own, None
 included (a withdrawal); an ``idle`` event for an idle node changes only that, and asks for
-a new solve only when it changed. ``busy`` on a held node is a
+a new solve only when it changed. ``busy`` on an idle node ends its idle interval, stored
+with whether the node had an ``until`` then (the forecast coverage,
+:func:`~interstice.api.services.state.forecast_coverage`). ``busy`` on a held node is a
 reclaim: the chunk's reclaimed nodes are released in the same transaction
 (:func:`~interstice.api.services.state.release_nodes`, deadline ``at + grace_s``), one new
 generation per job and deadline.
@@ -176,6 +178,7 @@ def _apply(
         # older than the newest event applied to the node: recorded only
         return replace(done, superseded_by_at=node.event_at)
     node.event_at, node.changed = event.at, True
+    forecast = node.until is not None  # before this event: did its end have a forecast?
     if node.until != event.until:
         # a revised forecast changes the problem of an idle node only
         node.until = event.until
@@ -185,7 +188,14 @@ def _apply(
     reclaimed = None
     if event.state == "busy":
         length_s = max(0.0, (event.at - node.since).total_seconds())
-        intervals.append({"node": event.node, "started_at": node.since, "length_s": length_s})
+        intervals.append(
+            {
+                "node": event.node,
+                "started_at": node.since,
+                "length_s": length_s,
+                "forecast": forecast,
+            }
+        )
         if node.holder_job_id is not None and event.node not in reclaims:
             reclaimed = node.holder_job_id
             reclaims[event.node] = event.at + timedelta(seconds=event.grace_s)

@@ -12,6 +12,7 @@ from interstice.api.auth.tokens import Principal, audit_entry
 from interstice.api.schemas.objective import ObjectivePublic, ObjectiveUpdate
 from interstice.api.services.state import Changes
 from interstice.api.store.tables import Config
+from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
 from interstice.optimizer.problem import COMPLETION_S, FORECAST_CLASSES
 from sqlalchemy.orm import Session
 
@@ -29,6 +30,7 @@ DEFAULT_OBJECTIVE: dict[str, Any] = {
     "completion_s": COMPLETION_S,
     "reclaim_loss_s": 0.0,
     "forecast_classes": FORECAST_CLASSES,
+    "forecast_min_coverage": FORECAST_MIN_COVERAGE,
     "horizon_s": "auto",
     "backend": "cpsat",
     "time_limit_s": 0.2,

@@ -25,6 +25,7 @@ from interstice.api.schemas.agents import Heartbeat
 from interstice.api.store.tables import (
     Agent,
     Command,
+    IdleInterval,
     Job,
     JobMetric,
     JobRate,
@@ -32,6 +33,8 @@ from interstice.api.store.tables import (
     Rescale,
     utcnow,
 )
+from interstice.optimizer.coverage import COVERAGE_HOLES
+from interstice.optimizer.coverage import forecast_coverage as coverage_of
 from sqlalchemy import Select, and_, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
@@ -139,6 +142,20 @@ def allocatable_untils(session: Session) -> dict[str, datetime]:
     """The scheduler's ``until`` of the :func:`allocatable_nodes` that have one, by name."""
     query = _allocatable(Node.name).add_columns(Node.until).where(Node.until.is_not(None))
     return {name: until for name, until in session.execute(query)}
+
+
+def forecast_coverage(session: Session) -> float | None:
+    """The share of the newest ended idle intervals whose node had an ``until`` when its busy
+    event came (:func:`interstice.optimizer.coverage.forecast_coverage`: the newest
+    :data:`~interstice.optimizer.coverage.COVERAGE_HOLES`; ``None`` with fewer than
+    :data:`~interstice.optimizer.coverage.MIN_COVERAGE_HOLES`)."""
+    query = (
+        select(IdleInterval.forecast)
+        .where(IdleInterval.forecast.is_not(None))
+        .order_by(IdleInterval.id.desc())
+        .limit(COVERAGE_HOLES)
+    )
+    return coverage_of(session.scalars(query))
 
 
 def median_idle_since(session: Session, pool_size: int) -> list[datetime]:

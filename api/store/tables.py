@@ -128,7 +128,9 @@ class Node(Base):
 
 
 class IdleInterval(Base):
-    """A finished idle interval of a node (idle event to busy event), for the auto horizon."""
+    """A finished idle interval of a node (idle event to busy event), for the auto horizon;
+    ``forecast``: whether the node had an ``until`` when its busy event came, for the
+    forecast coverage (None: recorded before that was kept)."""
 
     __tablename__ = "idle_intervals"
 
@@ -136,6 +138,7 @@ class IdleInterval(Base):
     node: Mapped[str] = mapped_column(String(200))
     started_at: Mapped[datetime]
     length_s: Mapped[float] = mapped_column(Float)
+    forecast: Mapped[bool | None]
 
 
 class NodeEvent(Base):

@@ -2,14 +2,16 @@
 new names (batch_size -> global_batch_size, checkpoint_dir -> job_dir, total_samples an
 integer), the new columns get their defaults, and the downgrade restores 0001's schema.
 Migration 0005 on one written by 0004: stored node events count as applied. Migration 0006:
-nodes and stored events get no forecast (``until`` None), and the downgrade drops it."""
+nodes and stored events get no forecast (``until`` None), and the downgrade drops it.
+Migration 0007: older idle intervals count in no forecast coverage (``forecast`` None)."""
 
 from __future__ import annotations
 
 from alembic import command
+from interstice.api.services import state
 from interstice.api.store import db as database
-from interstice.api.store.tables import Job, Node, NodeEvent, Rescale
-from sqlalchemy import Engine, inspect, text
+from interstice.api.store.tables import IdleInterval, Job, Node, NodeEvent, Rescale
+from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session
 
 
@@ -95,4 +97,21 @@ def test_0006_gives_nodes_and_events_no_forecast(db_url: str) -> None:
     _migrate(engine, "0005_superseded_events", down=True)
     for table in ("nodes", "node_events"):
         assert "until" not in {c["name"] for c in inspect(engine).get_columns(table)}
+    engine.dispose()
+
+
+def test_0007_counts_older_idle_intervals_in_no_coverage(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0006_node_until",
+        "INSERT INTO idle_intervals (node, started_at, length_s) VALUES "
+        "('n1', '2026-01-01 00:00:00', 60)",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        (interval,) = session.scalars(select(IdleInterval))
+        assert (interval.node, interval.length_s, interval.forecast) == ("n1", 60.0, None)
+        assert state.forecast_coverage(session) is None
+    _migrate(engine, "0006_node_until", down=True)
+    assert "forecast" not in {c["name"] for c in inspect(engine).get_columns("idle_intervals")}
     engine.dispose()

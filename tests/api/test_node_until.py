@@ -3,7 +3,8 @@
 Refused (422 naming ``until``) when not after ``at`` or on a ``busy`` event; kept per node
 from its newest applied event, so a later event revises it and one without it withdraws it;
 a superseded event or a retry changes nothing; a retry with another ``until`` is a conflict;
-``GET /v1/nodes`` shows it, and the control loop hands the optimizer the seconds left.
+``GET /v1/nodes`` shows it, and the control loop hands the optimizer the seconds left and
+the forecast coverage of the ended idle intervals.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from api_helpers import Api
 from interstice.api.control import loop
+from interstice.api.services import state
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -126,3 +128,35 @@ def test_no_forecast_gives_none(api: Api) -> None:
 def test_idle_forecast_s_clips_a_past_end_at_zero() -> None:
     untils = {"a": T0 + timedelta(seconds=90.5), "b": T0 - timedelta(seconds=5)}
     assert loop.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}
+
+
+def _metric(api: Api, name: str) -> float | None:
+    for line in api.call("GET", "/metrics", "admin").text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+def test_the_forecast_coverage_decides_whether_the_solves_use_the_forecasts(api: Api) -> None:
+    # 60 idle intervals end; the nodes of 30 of them had an until at their busy event.
+    events = []
+    for i in range(1, 61):
+        node = f"h{i:02d}"
+        events.append(_event(f"i{i}", node, 0, 600 if i <= 30 else None))
+        busy_at = _iso(T0 + timedelta(0, 10))
+        events.append({"event_id": f"b{i}", "node": node, "state": "busy", "at": busy_at})
+    assert _post(api, *events).status_code == 200
+    with api.app.state.service.db.read() as session:
+        assert state.forecast_coverage(session) == 0.5
+    api.register("n1")
+    assert _post(api, _event("n1", "n1", 20, 3600)).status_code == 200
+    api.submit(min_nodes=1, max_nodes=1)
+    problem, _ = loop.build_problem(api.app.state.service)
+    assert (problem.forecast_coverage, problem.forecast_min_coverage) == (0.5, 0.9)
+    assert problem.idle_forecast_s is not None and not problem.forecasts_used
+    api.wait_for(lambda: _metric(api, "interstice_forecast_coverage") == 0.5)
+    assert _metric(api, "interstice_forecasts_used") == 0.0
+    change = {"forecast_min_coverage": 0.5}
+    assert api.call("PUT", "/v1/objective", "admin", json=change).status_code == 200
+    assert loop.build_problem(api.app.state.service)[0].forecasts_used
+    api.wait_for(lambda: _metric(api, "interstice_forecasts_used") == 1.0)

@@ -28,6 +28,7 @@ def test_objective_defaults_changes_and_audit(api) -> None:
         "completion_s": 100_000.0,
         "reclaim_loss_s": 0.0,
         "forecast_classes": 1,
+        "forecast_min_coverage": 0.9,
         "horizon_s": "auto",
         "backend": "cpsat",
         "time_limit_s": 0.2,
@@ -74,6 +75,10 @@ def test_bad_objective_values_name_the_field(api) -> None:
         assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
             (["body", "forecast_classes"], f"Input should be {message}")
         ]
+    r = api.call("PUT", "/v1/objective", "admin", json={"forecast_min_coverage": 1.5})
+    assert [(e["loc"], e["msg"]) for e in r.json()["detail"]] == [
+        (["body", "forecast_min_coverage"], "Input should be less than or equal to 1")
+    ]
     assert _audit(api, "objective.update") == []
 
 
@@ -143,6 +148,7 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         "relative_gap": 0.01,
         "reclaim_loss_s": 45.0,
         "forecast_classes": 6,
+        "forecast_min_coverage": 0.5,
     }
     assert api.call("PUT", "/v1/objective", "admin", json=weights | limits).status_code == 200
     api.register("n1", report_idle=True)
@@ -157,7 +163,7 @@ def test_the_problem_carries_every_changed_weight(api) -> None:
         assert by_id[body["job_id"]].submitted_s == pytest.approx(submitted, abs=1e-3)
         assert by_id[body["job_id"]].reclaim_loss_s == 45.0
     assert (problem.time_limit_s, problem.relative_gap) == (3.0, 0.01)
-    assert problem.forecast_classes == 6
+    assert (problem.forecast_classes, problem.forecast_min_coverage) == (6, 0.5)
 
 
 def test_scalability_upload_replaces_the_table(api) -> None:

@@ -137,6 +137,8 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
             {"forecast": "plan", "forecast_coverage": 0.25, "forecast_error": 1.0},
         ),
         (["--forecast", "exact", "--forecast-classes", "6"], {"forecast_classes": 6}),
+        (["--forecast", "exact"], {"forecast_min_coverage": 0.9}),
+        (["--forecast", "exact", "--forecast-min-coverage", "0"], {"forecast_min_coverage": 0.0}),
     ):
         out = tmp_path / "-".join(extra or ["none"])
         result = runner.invoke(app, ["replay", *args, "--no-baselines", "--out", str(out), *extra])
@@ -148,6 +150,10 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
         (["--forecast-coverage", "1.5"], "--forecast-coverage must be within [0, 1], got 1.5"),
         (["--forecast-error", "-1"], "--forecast-error must be a finite number >= 0, got -1.0"),
         (["--forecast-classes", "0"], "--forecast-classes must be >= 1, got 0"),
+        (
+            ["--forecast-min-coverage", "2"],
+            "--forecast-min-coverage must be within [0, 1], got 2.0",
+        ),
     ):
         result = runner.invoke(app, ["replay", *args, "--out", str(tmp_path), *extra])
         assert result.exit_code == 2
@@ -201,3 +207,54 @@ def test_a_planned_shrink_before_a_forecast_reclaim(
     assert a.goodput == pytest.approx(goodput)
     assert a.preemptions == preemptions
     assert {cause for cause, lost in a.pause_loss.items() if lost > 0} == causes
+
+
+# Coverage: 60 short holes (h01..h60, idle 0..1 s) end before job A (as above) arrives at 2 s;
+# n1, n2 stay idle and n3's hole ends at 27 s. A forecast that tells n3's end (25 s left at
+# 2 s) and, with `tell_short`, the short holes' ends. At 2 s the solve has seen 60 ended
+# holes: coverage 1.0 if their ends were told, else 0.0; n3's told end makes it 1/61 after.
+# - forecasts used: A starts on n1, n2 only (the first test's `exact`, 2 s later): paused to
+#   22 s, 200/s on 22..202 = 36,000.
+# - not used (coverage 0.0 < 0.9): A starts on n1..n3 as without forecasts: paused to 22 s,
+#   300/s on 22..27 = 1,500, n3 reclaimed at 27 s, paused to 32 s, 200/s on 32..202 = 34,000.
+COVERED = (
+    "timestamp,node,state\n"
+    + "".join(
+        f"2021-02-01T00:00:00,h{i:02d},idle\n2021-02-01T00:00:01,h{i:02d},busy\n"
+        for i in range(1, 61)
+    )
+    + "".join(f"2021-02-01T00:00:00,{n},idle\n" for n in ("n1", "n2", "n3"))
+)
+COVERED += "2021-02-01T00:00:27,n3,busy\n"
+
+
+@pytest.mark.parametrize(
+    ("tell_short", "min_coverage", "coverage", "goodput"),
+    [(True, 0.9, 1.0, 36_000), (False, 0.9, 1 / 61, 35_500), (False, 0.0, 1 / 61, 36_000)],
+)
+def test_forecasts_are_used_only_at_the_minimum_coverage(
+    tmp_path: Path, tell_short: bool, min_coverage: float, coverage: float, goodput: float
+) -> None:
+    path = tmp_path / "covered.csv"
+    path.write_text(COVERED)
+    window = load_trace(path).window(0, 202)
+    ids = {name: i for i, name in enumerate(window.node_names.tolist())}
+
+    def told(now_s: float, idle: np.ndarray) -> dict[int, float]:
+        ends = {ids["n3"]: 27.0} | (
+            {ids[f"h{i:02d}"]: 1.0 for i in range(1, 61)} if tell_short else {}
+        )
+        return {i: ends[i] - now_s for i in idle.tolist() if i in ends and ends[i] > now_s}
+
+    late = JobSpec(**{**JOB.__dict__, "submit_offset_s": 2.0})
+    table = ScalabilityTable.from_csv(TINY_TABLE)
+    options = ReplayOptions(forecast_min_coverage=min_coverage)
+    result = replay(window, [late], table, lambda p: solve(p, "cpsat"), horizon=FixedHorizon(300),
+                    options=options, name="milp", forecast=told)  # fmt: skip
+    (a,) = result.jobs
+    assert result.forecast_coverage == pytest.approx(coverage)
+    assert a.goodput == pytest.approx(goodput)
+    # Solves at 0 s (no job yet; coverage unknown, so forecasts used), at 2 s (used only at
+    # the minimum coverage) and at 27 s (no forecast left).
+    assert (result.solves, result.forecast_solves) == (3, 2 if goodput == 36_000 else 1)
+    assert summarize(result)["forecast_solves"] == result.forecast_solves
