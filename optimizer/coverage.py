@@ -4,16 +4,16 @@ whether the allocator uses the forecasts at all.
 A forecast (a node event's ``until``) tells the model when one node leaves; a node without
 one counts as staying through the horizon. Where the scheduler forecasts only part of the
 holes, that is wrong for the unforecast ones that leave soon, and the model, told the short
-lives of some nodes and not of others, does worse than told nothing: on the four 192-node
-replay windows with half of the ends known (``--forecast plan``, P = 0.5) efficiency fell
-0.12-0.46 points and harvest 0.24-0.58 below no forecasts, with 75 % known 0.06-0.34 and
-0.23-0.42, while with every end known (P = 1) they were within -0.26..+0.16 points, and
-+2.1 / +2.3 points of efficiency where a reclaim costs 60 s more than a shrink
-(docs/benchmarks.md, "One class of short-lived nodes" and "Forecast coverage"). So a
-solve uses the forecasts only while the measured coverage, the share of the last
-:data:`COVERAGE_HOLES` holes that ended (a node idle, then reclaimed) whose end had been
-forecast, is at least ``Problem.forecast_min_coverage``; with fewer than
-:data:`MIN_COVERAGE_HOLES` ended holes it is unknown and the forecasts are used.
+lives of some nodes and not of others, does worse than told nothing. In the replay of the
+four 192-node windows (docs/benchmarks.md, "Forecast coverage"), against no forecasts, where
+a reclaim costs what a shrink does: half of the ends known cost 0.09-0.46 points of
+efficiency and 0.24-0.58 of harvest, three quarters 0.06-0.36 and 0.23-0.42, 90 % at most
+0.12, every end known at most 0.26; where a reclaim loses 60 s more than a shrink, 90 %
+known gained 1.0 point of efficiency and 1.7 of harvest, every end 2.1-2.3 of efficiency,
+while 75 % lost 0.3 of efficiency. So a solve uses the forecasts only while the measured
+coverage, the share of the last :data:`COVERAGE_HOLES` holes that ended (a node idle, then
+reclaimed) whose end had been forecast, is at least ``Problem.forecast_min_coverage``; with
+fewer than :data:`MIN_COVERAGE_HOLES` ended holes it is unknown and the forecasts are used.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Iterable
 
 FORECAST_MIN_COVERAGE = 0.9
-"""Default ``Problem.forecast_min_coverage``: the replay's forecasts paid with every end
-known and cost efficiency and harvest with 75 % known (module docstring)."""
+"""Default ``Problem.forecast_min_coverage``: in the replay forecasts paid from 90 % of the
+ends known and cost efficiency from 75 % down (module docstring)."""
 
 COVERAGE_HOLES = 200
 """The ended holes the coverage is measured over, the newest: at a true coverage of 0.75 the

@@ -35,8 +35,9 @@ Data:
     O_j        j's options: (0, e_j), and (n, d) for d in D_j and m_j <= n <= M_j(d); with
                forecasts, (n, d, L) (below).
 
-Forecast data (``Problem.idle_forecast_s``, :mod:`interstice.optimizer.forecast`; absent or
-empty: none of this, and the model is the one above exactly):
+Forecast data (``Problem.idle_forecast_s``, :mod:`interstice.optimizer.forecast`; absent,
+empty, or not used because too few of the ended holes had one (``Problem.forecasts_used``,
+:mod:`interstice.optimizer.coverage`): none of this, and the model is the one above exactly):
     f_i        seconds idle node i is forecast to stay idle (the batch scheduler's ``until``
                minus now), where known; unknown: f_i = H (so with ``--horizon auto`` a node
                of unknown end is expected to stay the pool's expected remaining idle time).
