@@ -10,6 +10,11 @@ processes (``interstice.models.launch.run_group``; nccl with one GPU per rank on
   ``elastic.accumulate`` (loss sum scaled) + ``State.step`` + ``elastic.report`` +
   ``State.should_stop``.
 
+``--aa`` (an A/A test) runs the plain loop's code in the elastic loop's place too, on the
+elastic loop's model instance with a loader of its own: the two loops then differ only in
+their model instance and their turn, and its ``overhead`` is what the harness resolves for
+that model on that machine; read an elastic ``overhead`` against it.
+
 ``--fetch batched`` builds both loops' batches with one indexing call per step instead of one
 per sample (``DataLoader(dataset, sampler=..., batch_size=None)`` over the ``ElasticSampler``,
 resp. a ``BatchSampler`` of the ``DistributedSampler``), which a ``TensorDataset`` allows.
@@ -58,7 +63,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -174,37 +179,43 @@ def measure_model(
         "elastic": defaultdict(list),
     }
 
+    def plain_batches() -> Iterator:
+        sampler = DistributedSampler(train_set, world_size, rank, seed=0, drop_last=True)
+        if args.fetch == "batched":
+            batches_of = BatchSampler(sampler, gbs // world_size, drop_last=True)
+            return _endless(DataLoader(train_set, sampler=batches_of, batch_size=None,
+                                       pin_memory=pin))  # fmt: skip
+        return _endless(DataLoader(train_set, batch_size=gbs // world_size, sampler=sampler,
+                                   pin_memory=pin, drop_last=True))  # fmt: skip
+
+    def plain_loop(net: DistributedDataParallel, opt: torch.optim.Optimizer,
+                   times: dict[str, list[float]]) -> Callable[[int], None]:  # fmt: skip
+        batches = plain_batches()
+
+        def plain_steps(steps: int) -> None:
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                x, y = next(batches)
+                t1 = time.perf_counter()
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                opt.zero_grad()
+                loss = mean_loss(net(x), y)
+                loss.backward()
+                opt.step()
+                t2 = time.perf_counter()
+                if args.plain_item:
+                    loss.item()
+                t3 = time.perf_counter()
+                times["data"].append(t1 - t0)
+                times["compute"].append(t2 - t1)
+                times["item"].append(t3 - t2)
+
+        return plain_steps
+
     torch.manual_seed(0)
     plain_model = build().to(device)
-    plain = DistributedDataParallel(plain_model)
     plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-3)
-    plain_sampler = DistributedSampler(train_set, world_size, rank, seed=0, drop_last=True)
-    if args.fetch == "batched":
-        batches_of = BatchSampler(plain_sampler, gbs // world_size, drop_last=True)
-        plain_loader = DataLoader(train_set, sampler=batches_of, batch_size=None, pin_memory=pin)
-    else:
-        plain_loader = DataLoader(train_set, batch_size=gbs // world_size, sampler=plain_sampler,
-                                  pin_memory=pin, drop_last=True)  # fmt: skip
-    plain_batches = _endless(plain_loader)
-    plain_times = phases["plain"]
-
-    def plain_steps(steps: int) -> None:
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            x, y = next(plain_batches)
-            t1 = time.perf_counter()
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            plain_opt.zero_grad()
-            loss = mean_loss(plain(x), y)
-            loss.backward()
-            plain_opt.step()
-            t2 = time.perf_counter()
-            if args.plain_item:
-                loss.item()
-            t3 = time.perf_counter()
-            plain_times["data"].append(t1 - t0)
-            plain_times["compute"].append(t2 - t1)
-            plain_times["item"].append(t3 - t2)
+    plain_steps = plain_loop(DistributedDataParallel(plain_model), plain_opt, phases["plain"])
 
     torch.manual_seed(0)
     model = build().to(device)
@@ -259,15 +270,18 @@ def measure_model(
             if stop:
                 raise RuntimeError(f"stopped: {state.stop_reason}")
 
+    # --aa: the plain loop's code on the elastic loop's model, with its own loader
+    second_steps = plain_loop(ddp, optimizer, times) if args.aa else elastic_steps
+
     plain_steps(WARMUP_STEPS)
-    elastic_steps(WARMUP_STEPS)
+    second_steps(WARMUP_STEPS)
     _profiled(f"{name}-plain", plain_steps, args.profile, rank)
-    _profiled(f"{name}-elastic", elastic_steps, args.profile, rank)
+    _profiled(f"{name}-elastic", second_steps, args.profile, rank)
     for loop in phases.values():
         loop.clear()
     plain_rates, elastic_rates, plain_cpu, elastic_cpu = [], [], [], []
     for round_ in range(args.rounds):
-        pair = [(plain_rates, plain_cpu, plain_steps), (elastic_rates, elastic_cpu, elastic_steps)]
+        pair = [(plain_rates, plain_cpu, plain_steps), (elastic_rates, elastic_cpu, second_steps)]
         for rates, cpu_rates, fn in pair if round_ % 2 == 0 else reversed(pair):
             rate, cpu_rate = _timed(fn, args.steps, device)
             rates.append(rate)
@@ -293,8 +307,8 @@ def measure_model(
     ddp_rate, elastic_rate = statistics.median(plain_rates), statistics.median(elastic_rates)
     ratios = [e / p for e, p in zip(elastic_rates, plain_rates, strict=True)]
     cpu_ratios = [e / p for e, p in zip(elastic_cpu, plain_cpu, strict=True)]
-    bookkeeping = statistics.median(phases["elastic"]["bookkeeping"])
-    own = bookkeeping + statistics.median(phases["elastic"]["accumulate"])
+    bookkeeping = statistics.median(phases["elastic"]["bookkeeping"] or [0.0])
+    own = bookkeeping + statistics.median(phases["elastic"]["accumulate"] or [0.0])
     common = {
         "world_size": world_size,
         "device": str(device),
@@ -309,6 +323,7 @@ def measure_model(
             **common,
             "global_batch_size": gbs,
             "plain_item": args.plain_item,
+            "aa": args.aa,
             "fetch": args.fetch,
             "steps_per_round": args.steps,
             "rounds": args.rounds,
@@ -380,6 +395,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--plain-item", action="store_true", help="the plain loop also reads loss.item() every step"
+    )
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="A/A: the elastic loop's place runs the plain loop on its own model instance; "
+        "its overhead is the harness's resolution",
     )
     parser.add_argument(
         "--fetch",
