@@ -307,8 +307,8 @@ def measure_model(
     ddp_rate, elastic_rate = statistics.median(plain_rates), statistics.median(elastic_rates)
     ratios = [e / p for e, p in zip(elastic_rates, plain_rates, strict=True)]
     cpu_ratios = [e / p for e, p in zip(elastic_cpu, plain_cpu, strict=True)]
-    bookkeeping = statistics.median(phases["elastic"]["bookkeeping"] or [0.0])
-    own = bookkeeping + statistics.median(phases["elastic"]["accumulate"] or [0.0])
+    bookkeeping = statistics.median(phases["elastic"].get("bookkeeping", [0.0]))  # --aa: none
+    own = bookkeeping + statistics.median(phases["elastic"].get("accumulate", [0.0]))
     common = {
         "world_size": world_size,
         "device": str(device),
