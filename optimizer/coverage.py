@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from itertools import islice
 
 FORECAST_MIN_COVERAGE = 0.9
 """Default ``Problem.forecast_min_coverage``: in the replay forecasts paid from 90 % of the
@@ -44,7 +45,7 @@ def forecast_coverage(forecast: Iterable[bool]) -> float | None:
     Returns:
         The share in [0, 1], or ``None`` with fewer than :data:`MIN_COVERAGE_HOLES` holes.
     """
-    flags = [bool(flag) for flag, _ in zip(forecast, range(COVERAGE_HOLES), strict=False)]
+    flags = list(islice(forecast, COVERAGE_HOLES))
     if len(flags) < MIN_COVERAGE_HOLES:
         return None
     return sum(flags) / len(flags)

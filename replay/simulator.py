@@ -488,7 +488,6 @@ class Replay:
         told = self.forecast(now_s - HOLE_END_S, nodes)
         for node in nodes.tolist():
             self.coverage.ended(node in told)
-        self.result.forecast_coverage = self.coverage.coverage
 
     # -- solving --------------------------------------------------------------------------
 
@@ -653,6 +652,7 @@ class Replay:
             if on_progress is not None:
                 on_progress(now_s)
         self.record(now_s)
+        self.result.forecast_coverage = self.coverage.coverage
         for j in self.active:
             rec = self.result.jobs[j]
             rec.progress_points.append((now_s, rec.goodput))

@@ -45,6 +45,12 @@ def interstice_executable() -> str:
     return found
 
 
+def gauge(metrics: str, name: str) -> float:
+    """The value of the unlabelled metric ``name`` in a ``/metrics`` page."""
+    (line,) = [x for x in metrics.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[1])
+
+
 def free_port() -> int:
     """An unused TCP port on the loopback interface."""
     with socket.socket() as s:

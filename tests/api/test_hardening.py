@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import Api, free_port, interstice_executable
+from api_helpers import Api, free_port, gauge, interstice_executable
 from interstice.api import limits
 from interstice.api.main import create_app
 from interstice.api.services import idempotency
@@ -317,18 +317,13 @@ def test_a_422_quotes_only_a_prefix_of_the_input(api: Api) -> None:
 # --- allocatable nodes ---------------------------------------------------------------
 
 
-def _gauge(text: str, name: str) -> float:
-    (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
-    return float(line.split()[1])
-
-
 def test_a_node_no_agent_serves_is_idle_but_not_allocatable(api: Api) -> None:
     api.node_events(("e1", "ghost", "idle", 0))
     metrics = api.client.get("/metrics").text
-    assert _gauge(metrics, "interstice_idle_nodes") == 1
-    assert _gauge(metrics, "interstice_allocatable_nodes") == 0
+    assert gauge(metrics, "interstice_idle_nodes") == 1
+    assert gauge(metrics, "interstice_allocatable_nodes") == 0
     api.register("ghost")
-    assert _gauge(api.client.get("/metrics").text, "interstice_allocatable_nodes") == 1
+    assert gauge(api.client.get("/metrics").text, "interstice_allocatable_nodes") == 1
 
 
 # --- 405 -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from api_helpers import Api
+from api_helpers import Api, gauge
 from interstice.api.control import loop
 from interstice.api.services import state
 
@@ -130,11 +130,8 @@ def test_idle_forecast_s_clips_a_past_end_at_zero() -> None:
     assert loop.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}
 
 
-def _metric(api: Api, name: str) -> float | None:
-    for line in api.call("GET", "/metrics", "admin").text.splitlines():
-        if line.startswith(f"{name} "):
-            return float(line.split()[1])
-    return None
+def _metric(api: Api, name: str) -> float:
+    return gauge(api.call("GET", "/metrics", "admin").text, name)
 
 
 def test_the_forecast_coverage_decides_whether_the_solves_use_the_forecasts(api: Api) -> None:
