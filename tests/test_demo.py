@@ -16,6 +16,7 @@ import pytest
 from interstice.replay.trace import NodeTrace
 
 from interstice.data import TRACE_FILE, data_dir
+from interstice.demo.jobs import ExampleJobs
 from interstice.demo.plan import plan_replay
 
 INTERSTICE = [sys.executable, "-c", "from interstice.cli import app; app()"]
@@ -76,6 +77,31 @@ def test_plan_avoids_flickering_nodes() -> None:
     )
     plan = plan_replay(trace, 1, duration_s=60, speedup=60, min_idle_s=10, tail_s=10)
     assert plan.nodes == ("b",)
+
+
+def test_a_finished_example_is_submitted_again_while_the_run_has_time_for_it() -> None:
+    submitted: list[str] = []
+
+    def submit(name: str) -> str:
+        submitted.append(name)
+        return f"j-{len(submitted)}"
+
+    jobs = ExampleJobs(submit, duration_s=100)
+    jobs.start(["digits", "charlm"])  # j-1, j-2 at 0 s
+    assert jobs.update([{"job_id": "j-1", "state": "running"}], 10) == []
+    # j-1 took 30 s and 70 s are left: again (j-3); j-2 still running
+    state = {"j-1": "finished", "j-2": "running"}
+    added = jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 30)
+    assert [(c.job_id, c.name, c.submitted_s) for c in added] == [("j-3", "digits", 30)]
+    # j-2 took 60 s with 40 s left: not again; j-3 took 20 s with 50 s left: again (j-4)
+    state.update({"j-2": "finished", "j-3": "finished"})
+    added = jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 60)
+    assert [c.job_id for c in added] == ["j-4"]
+    # a failed copy is not replaced; an old finished copy is not counted twice
+    state.update({"j-4": "failed"})
+    assert jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 65) == []
+    assert submitted == ["digits", "charlm", "digits", "digits"]
+    assert jobs.names == {"j-1": "digits", "j-2": "charlm", "j-3": "digits", "j-4": "digits"}
 
 
 def test_plan_refuses_a_window_longer_than_the_trace() -> None:

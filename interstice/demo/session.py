@@ -33,6 +33,7 @@ from rich.live import Live
 import interstice.examples
 from interstice.agents.local_cluster import ROLES, LocalCluster
 from interstice.client_cli import read_job_file
+from interstice.demo.jobs import ExampleJobs
 from interstice.demo.plan import ReplayPlan, plan_replay
 from interstice.demo.scheduler import SchedulerStandIn
 from interstice.demo.summary import final_summary, live_view, reclaim_outcomes, summary_table
@@ -175,14 +176,10 @@ def start_service(cluster: LocalCluster, db_url: str, port: int) -> None:
     cluster._start_service(db_url, port, START_TIMEOUT_S)
 
 
-def submit_jobs(cluster: LocalCluster, names: tuple[str, ...]) -> dict[str, str]:
-    """Submit ``examples/<name>.toml`` of each name as the user; ``{job_id: name}``."""
-    submitted = {}
-    for name in names:
-        document = read_job_file(EXAMPLES / f"{name}.toml")
-        job = cluster.request("user", "POST", "/v1/jobs", json=document)
-        submitted[job["job_id"]] = name
-    return submitted
+def submit_example(cluster: LocalCluster, name: str) -> str:
+    """Submit ``examples/<name>.toml`` as the user; the job's id."""
+    document = read_job_file(EXAMPLES / f"{name}.toml")
+    return cluster.request("user", "POST", "/v1/jobs", json=document)["job_id"]
 
 
 class Demo:
@@ -198,7 +195,7 @@ class Demo:
         self.virtual: VirtualAgents | None = None
         self.scheduler: SchedulerStandIn | None = None
         self.db_url = ""
-        self.job_names: dict[str, str] = {}
+        self.jobs: ExampleJobs | None = None
         self.error: str | None = None
         self.replayed_s = 0.0
 
@@ -232,7 +229,7 @@ class Demo:
             real_nodes=list(self.plan.nodes) if self.plan else [],
             virtual_nodes=self.options.virtual_nodes,
             jobs=jobs,
-            job_names=self.job_names,
+            job_names=self.jobs.names if self.jobs else {},
             stats=stats,
             outcomes=outcomes,
             processes_left=processes_left,
@@ -302,10 +299,10 @@ class Demo:
                 f"{len(virtual_nodes)} simulated agents registered; heartbeats every "
                 f"{self.cluster.heartbeat_s:g} s"
             )
-        self.job_names = submit_jobs(self.cluster, options.jobs)
-        self.console.print(
-            "Submitted " + ", ".join(f"{n} as {j}" for j, n in self.job_names.items())
-        )
+        cluster = self.cluster
+        self.jobs = ExampleJobs(lambda name: submit_example(cluster, name), options.duration_s)
+        copies = self.jobs.start(options.jobs)
+        self.console.print("Submitted " + ", ".join(f"{c.name} as {c.job_id}" for c in copies))
         self.scheduler = SchedulerStandIn(
             self.plan,
             lambda events: self.cluster.request(
@@ -357,8 +354,10 @@ class Demo:
                 )
 
     def replay(self) -> None:
-        """Replay the trace with the live view until the duration, a signal or an error."""
+        """Replay the trace with the live view until the duration, a signal or an error;
+        submit again each example job that finished while the run has time for it."""
         assert self.cluster is not None and self.scheduler is not None and self.plan
+        assert self.jobs is not None
         self.scheduler.start()
         live = Live(console=self.console, auto_refresh=False, transient=False)
         last_print = 0.0
@@ -371,18 +370,20 @@ class Demo:
                 if self.scheduler.error is not None:
                     raise RuntimeError(f"posting node events: {self.scheduler.error}")
                 self.descendants.scan()
-                view = self.view(elapsed_s)
+                jobs = self.cluster.request("admin", "GET", "/v1/jobs")["data"]
+                self.jobs.update(jobs, elapsed_s)  # a new copy shows from the next refresh
+                view = self.view(elapsed_s, jobs)
                 if self.console.is_terminal:
                     live.update(view, refresh=True)
                 elif time.monotonic() - last_print >= 10:
                     self.console.print(view)
                     last_print = time.monotonic()
 
-    def view(self, elapsed_s: float) -> Any:
-        """The live view now."""
+    def view(self, elapsed_s: float, jobs: list[dict[str, Any]]) -> Any:
+        """The live view now, with ``jobs`` from ``GET /v1/jobs``."""
         assert self.cluster is not None and self.scheduler is not None and self.plan
+        assert self.jobs is not None
         nodes = self.cluster.service_nodes("admin")
-        jobs = self.cluster.request("admin", "GET", "/v1/jobs")["data"]
         trace_at = self.plan.window_start + np.timedelta64(int(elapsed_s * self.plan.speedup), "s")
         return live_view(
             elapsed_s=elapsed_s,
@@ -392,7 +393,7 @@ class Demo:
             real_nodes=list(self.plan.nodes),
             virtual_nodes=self.options.virtual_nodes,
             jobs=jobs,
-            job_names=self.job_names,
+            job_names=self.jobs.names,
             events_posted=self.scheduler.posted,
             reclaims=len(self.scheduler.reclaims),
         )

@@ -1,0 +1,76 @@
+"""The demo's example jobs, kept queued for the whole run.
+
+The examples train a fixed number of samples, so on a fast machine they end in seconds and
+the nodes sit idle for the rest of the run, showing no rescale and no reclaim. A research
+group keeps submitting; the demo does the same: each example is submitted at the start and
+submitted again whenever its latest copy finishes with at least as much of the run left as
+that copy took, so the copies the run starts can also end within it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Copy:
+    """One submission of an example job.
+
+    Attributes:
+        job_id: the service's id (``j-N``).
+        name: the example (``examples/<name>.toml``).
+        submitted_s: seconds into the run when it was submitted.
+    """
+
+    job_id: str
+    name: str
+    submitted_s: float
+
+
+@dataclass
+class ExampleJobs:
+    """The example jobs of one run and their copies.
+
+    Attributes:
+        submit: submits ``examples/<name>.toml``; its job id.
+        duration_s: the run's length, seconds.
+        copies: every copy submitted so far, oldest first.
+    """
+
+    submit: Callable[[str], str]
+    duration_s: float
+    copies: list[Copy] = field(default_factory=list)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """``{job_id: example name}`` of every copy."""
+        return {copy.job_id: copy.name for copy in self.copies}
+
+    def start(self, names: Iterable[str]) -> list[Copy]:
+        """Submit one copy of each example at the run's start; the copies."""
+        return [self.add(name, 0.0) for name in names]
+
+    def update(self, jobs: list[dict[str, Any]], elapsed_s: float) -> list[Copy]:
+        """Submit again each example whose latest copy has finished, where the run has at
+        least as long left as that copy took; the new copies.
+
+        Args:
+            jobs: ``GET /v1/jobs``'s ``data`` (a copy absent from it is left alone).
+            elapsed_s: seconds into the run now.
+        """
+        states = {job["job_id"]: job["state"] for job in jobs}
+        latest = {copy.name: copy for copy in self.copies}  # the newest copy of each name
+        added = []
+        for name, copy in latest.items():
+            took_s = elapsed_s - copy.submitted_s
+            if states.get(copy.job_id) == "finished" and self.duration_s - elapsed_s >= took_s:
+                added.append(self.add(name, elapsed_s))
+        return added
+
+    def add(self, name: str, elapsed_s: float) -> Copy:
+        """Submit one copy of ``name`` now."""
+        copy = Copy(self.submit(name), name, elapsed_s)
+        self.copies.append(copy)
+        return copy
