@@ -87,21 +87,24 @@ def test_a_finished_example_is_submitted_again_while_the_run_has_time_for_it() -
         return f"j-{len(submitted)}"
 
     jobs = ExampleJobs(submit, duration_s=100)
-    jobs.start(["digits", "charlm"])  # j-1, j-2 at 0 s
+    jobs.start(["digits", "charlm", "digits"])  # j-1, j-2, j-3 at 0 s: digits twice at a time
     assert jobs.update([{"job_id": "j-1", "state": "running"}], 10) == []
-    # j-1 took 30 s and 70 s are left: again (j-3); j-2 still running
-    state = {"j-1": "finished", "j-2": "running"}
+    # j-1 took 30 s and 70 s are left: again (j-4); j-2 and j-3 still running
+    state = {"j-1": "finished", "j-2": "running", "j-3": "running"}
     added = jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 30)
-    assert [(c.job_id, c.name, c.submitted_s) for c in added] == [("j-3", "digits", 30)]
-    # j-2 took 60 s with 40 s left: not again; j-3 took 20 s with 50 s left: again (j-4)
-    state.update({"j-2": "finished", "j-3": "finished"})
+    assert [(c.job_id, c.name, c.stream, c.submitted_s) for c in added] == [
+        ("j-4", "digits", 0, 30)
+    ]
+    # j-2 took 60 s with 40 s left: not again; j-4 took 30 s with 40 s left: again (j-5);
+    # j-3, the second digits, took 60 s: not again
+    state.update({"j-2": "finished", "j-3": "finished", "j-4": "finished"})
     added = jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 60)
-    assert [c.job_id for c in added] == ["j-4"]
+    assert [c.job_id for c in added] == ["j-5"]
     # a failed copy is not replaced; an old finished copy is not counted twice
-    state.update({"j-4": "failed"})
+    state.update({"j-5": "failed"})
     assert jobs.update([{"job_id": k, "state": v} for k, v in state.items()], 65) == []
-    assert submitted == ["digits", "charlm", "digits", "digits"]
-    assert jobs.names == {"j-1": "digits", "j-2": "charlm", "j-3": "digits", "j-4": "digits"}
+    assert submitted == ["digits", "charlm", "digits", "digits", "digits"]
+    assert jobs.names == {f"j-{n}": name for n, name in enumerate(submitted, 1)}
 
 
 def test_plan_refuses_a_window_longer_than_the_trace() -> None:

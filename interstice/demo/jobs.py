@@ -21,11 +21,14 @@ class Copy:
     Attributes:
         job_id: the service's id (``j-N``).
         name: the example (``examples/<name>.toml``).
+        stream: which of the run's examples it continues (its place in ``--jobs``, so that
+            an example named twice runs twice at a time).
         submitted_s: seconds into the run when it was submitted.
     """
 
     job_id: str
     name: str
+    stream: int
     submitted_s: float
 
 
@@ -50,7 +53,7 @@ class ExampleJobs:
 
     def start(self, names: Iterable[str]) -> list[Copy]:
         """Submit one copy of each example at the run's start; the copies."""
-        return [self.add(name, 0.0) for name in names]
+        return [self.add(name, stream, 0.0) for stream, name in enumerate(names)]
 
     def update(self, jobs: list[dict[str, Any]], elapsed_s: float) -> list[Copy]:
         """Submit again each example whose latest copy has finished, where the run has at
@@ -61,16 +64,17 @@ class ExampleJobs:
             elapsed_s: seconds into the run now.
         """
         states = {job["job_id"]: job["state"] for job in jobs}
-        latest = {copy.name: copy for copy in self.copies}  # the newest copy of each name
+        latest = {copy.stream: copy for copy in self.copies}  # the newest of each stream
         added = []
-        for name, copy in latest.items():
+        for stream, copy in latest.items():
+            # first seen finished now, or seen before and refused: the time left only shrinks
             took_s = elapsed_s - copy.submitted_s
             if states.get(copy.job_id) == "finished" and self.duration_s - elapsed_s >= took_s:
-                added.append(self.add(name, elapsed_s))
+                added.append(self.add(copy.name, stream, elapsed_s))
         return added
 
-    def add(self, name: str, elapsed_s: float) -> Copy:
-        """Submit one copy of ``name`` now."""
-        copy = Copy(self.submit(name), name, elapsed_s)
+    def add(self, name: str, stream: int, elapsed_s: float) -> Copy:
+        """Submit one copy of ``name`` now, continuing ``stream``."""
+        copy = Copy(self.submit(name), name, stream, elapsed_s)
         self.copies.append(copy)
         return copy
