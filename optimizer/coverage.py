@@ -12,14 +12,21 @@ efficiency and 0.24-0.58 of harvest, three quarters 0.06-0.36 and 0.23-0.42, 90 
 known gained 1.0 point of efficiency and 1.7 of harvest, every end 2.1-2.3 of efficiency,
 while 75 % lost 0.3 of efficiency. So a solve uses the forecasts only while the measured
 coverage, the share of the last :data:`COVERAGE_HOLES` holes that ended (a node idle, then
-reclaimed) whose end had been forecast, is at least ``Problem.forecast_min_coverage``; with
-fewer than :data:`MIN_COVERAGE_HOLES` ended holes it is unknown and the forecasts are used.
+reclaimed) whose end had been forecast, is at least ``Problem.forecast_min_coverage``. With
+fewer than :data:`MIN_COVERAGE_HOLES` ended holes it is unknown, and the service and the
+replay tell the solve the share of the idle nodes that have a forecast instead
+(:func:`solve_coverage`): each is a hole whose end is forecast or not, as an ended one was.
+Using the forecasts while the coverage was unknown had cost the replay's s4 window 0.12-0.28
+points of harvest at 25-75 % of the ends known; not using them had cost ``exact`` with dear
+reclaims 0.06-0.22 points of efficiency; the idle nodes' share keeps the gain and not the
+loss (docs/benchmarks.md, "Forecast coverage"). A ``Problem`` built with no coverage at all
+(``None``, e.g. ``interstice solve`` on a snapshot) uses its forecasts.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sized
 from itertools import islice
 
 FORECAST_MIN_COVERAGE = 0.9
@@ -49,6 +56,25 @@ def forecast_coverage(forecast: Iterable[bool]) -> float | None:
     if len(flags) < MIN_COVERAGE_HOLES:
         return None
     return sum(flags) / len(flags)
+
+
+def solve_coverage(
+    ended: float | None, forecast: Mapping[str, float] | None, idle_nodes: Sized
+) -> float | None:
+    """The coverage a solve is told (``Problem.forecast_coverage``).
+
+    Args:
+        ended: :func:`forecast_coverage` of the ended holes (``None``: too few).
+        forecast: the idle nodes' forecasts now (``Problem.idle_forecast_s``).
+        idle_nodes: the idle nodes now (``Problem.idle_nodes``).
+
+    Returns:
+        ``ended`` where known; else the share of ``idle_nodes`` that have a forecast; ``None``
+        where neither is known (no forecast now).
+    """
+    if ended is not None or not forecast:
+        return ended
+    return len(forecast) / len(idle_nodes)
 
 
 class CoverageMeter:

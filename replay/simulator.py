@@ -40,8 +40,9 @@ nodes whose hole end is known (``idle_forecast_s``); the trace still decides whe
 reclaimed, and a reclaim costs what it costs without forecasts. Each idle node that the
 trace makes busy ends a hole; whether its end had been forecast (the forecast just before)
 feeds the coverage (:class:`interstice.optimizer.coverage.CoverageMeter`) that each solve
-carries (``Problem.forecast_coverage``): below ``forecast_min_coverage`` the solve is told
-nothing.
+carries (``Problem.forecast_coverage``; while too few holes have ended, the share of the idle
+nodes that have a forecast, :func:`~interstice.optimizer.coverage.solve_coverage`): below
+``forecast_min_coverage`` the solve is told nothing.
 
 What the optimizer believes may differ from the truth: the simulator always trains at the
 *true* table's rates, while each solve's :class:`~interstice.optimizer.Problem` carries a
@@ -95,7 +96,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from interstice.optimizer import Allocation, Job, Problem, ScalabilityTable, Weights, admission
-from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE, CoverageMeter
+from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE, CoverageMeter, solve_coverage
 from interstice.optimizer.problem import FORECAST_CLASSES
 from interstice.replay.jobs import JobSpec
 from interstice.replay.rates import Learner
@@ -525,8 +526,9 @@ class Replay:
         if self.forecast is not None:
             left_s = self.forecast(now_s, idle_ids)
             forecast_s = {self.names[i]: s for i, s in left_s.items()}
+        idle_nodes = tuple(self.names[i] for i in idle_ids.tolist())
         problem = Problem(
-            idle_nodes=tuple(self.names[i] for i in idle_ids.tolist()),
+            idle_nodes=idle_nodes,
             jobs=tuple(self.job_snapshot(j) for j in self.active),
             scalability=self.believed,
             weights=self.options.weights,
@@ -534,7 +536,7 @@ class Replay:
             time_limit_s=self.options.time_limit_s,
             idle_forecast_s=forecast_s,
             forecast_classes=self.options.forecast_classes,
-            forecast_coverage=self.coverage.coverage,
+            forecast_coverage=solve_coverage(self.coverage.coverage, forecast_s, idle_nodes),
             forecast_min_coverage=self.options.forecast_min_coverage,
         )
         allocation = self.policy(problem)

@@ -48,6 +48,7 @@ from interstice.optimizer import (
 )
 from interstice.optimizer import Job as OptimizerJob
 from interstice.optimizer.admission import admit, usable_nodes
+from interstice.optimizer.coverage import solve_coverage
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -122,8 +123,10 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
     Forecasts (``Problem.idle_forecast_s``): :func:`idle_forecast_s` of the allocatable
     nodes whose newest scheduler event gave an ``until``; None when none did. They enter
-    the model only while the forecast coverage (:func:`state.forecast_coverage`) is unknown
-    or at least the objective's ``forecast_min_coverage``.
+    the model only while the forecast coverage is at least the objective's
+    ``forecast_min_coverage``: :func:`state.forecast_coverage` of the ended idle intervals,
+    or while fewer than 50 have ended the share of the pool that has a forecast
+    (:func:`~interstice.optimizer.coverage.solve_coverage`).
     """
     with service.db.read() as session:
         table = stored_table(session)
@@ -201,7 +204,11 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
             relative_gap=objective.relative_gap,
             idle_forecast_s=forecasts,
             forecast_classes=objective.forecast_classes,
-            forecast_coverage=state.forecast_coverage(session) if forecasts else None,
+            forecast_coverage=(
+                solve_coverage(state.forecast_coverage(session), forecasts, pool)
+                if forecasts
+                else None
+            ),
             forecast_min_coverage=objective.forecast_min_coverage,
         )
         return problem, objective.backend

@@ -114,6 +114,9 @@ def test_the_seconds_left_reach_the_problem(api: Api, monkeypatch: pytest.Monkey
     problem, _ = built
     assert problem.idle_nodes == ("n1", "n2", "n3")
     assert problem.idle_forecast_s == {"n1": 600.0, "n2": 0.0}
+    # no idle interval has ended: the pool's share with a forecast stands for the coverage
+    assert problem.forecast_coverage == pytest.approx(2 / 3)
+    assert not problem.forecasts_used  # below the default 0.9
 
 
 def test_no_forecast_gives_none(api: Api) -> None:

@@ -1,6 +1,7 @@
 """Forecast coverage (:mod:`interstice.optimizer.coverage`): the share of the newest ended holes
-whose end had been forecast, and the rule that a solve uses the forecasts only while it is
-unknown or at least ``Problem.forecast_min_coverage``."""
+whose end had been forecast, what a solve is told while too few have ended, and the rule that
+a solve uses the forecasts only while it is unknown or at least
+``Problem.forecast_min_coverage``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from interstice.optimizer.coverage import (
     MIN_COVERAGE_HOLES,
     CoverageMeter,
     forecast_coverage,
+    solve_coverage,
 )
 from test_forecasts import grow_problem
 
@@ -27,6 +29,15 @@ def test_coverage_is_unknown_below_the_minimum_and_counts_only_the_newest_holes(
     for _ in range(150):
         meter.ended(True)  # now the newest 200: 150 forecast, 50 not
     assert meter.coverage == 150 / COVERAGE_HOLES
+
+
+def test_a_solve_is_told_the_idle_nodes_share_until_enough_holes_have_ended() -> None:
+    idle = ("n1", "n2", "n3", "n4")
+    assert solve_coverage(None, {"n1": 5.0, "n2": 9.0, "n3": 1.0}, idle) == 0.75
+    assert solve_coverage(None, {n: 5.0 for n in idle}, idle) == 1.0
+    assert solve_coverage(0.5, {n: 5.0 for n in idle}, idle) == 0.5  # measured: it wins
+    assert solve_coverage(None, {}, idle) is None
+    assert solve_coverage(None, None, idle) is None
 
 
 # grow_problem (test_forecasts): job a holds n1, n2; n3 is free. Told that n3 leaves in 30 s,

@@ -1,7 +1,10 @@
 """Idle-hole forecasts through the replay (``--forecast``), on a hand-made trace whose every
 figure is worked out in comments.
 
-Trace: n1 and n2 idle for the whole 200 s window; n3 idle from 0 s and busy again at 25 s.
+Trace: n1 and n2 idle for the whole 200 s window (busy at 600 s, past it and the horizon:
+``exact`` knows every idle node's end, so the solves use the forecasts from the first,
+:func:`~interstice.optimizer.coverage.solve_coverage`); n3 idle from 0 s and busy again at
+25 s.
 Table: model ``m`` at 100 samples/s per node (1, 2, 4 nodes measured; 3 interpolate to 300).
 One job A (1..3 nodes, rescale_up_s 20, rescale_down_s 5, more samples than it can train)
 under the MILP (CP-SAT) at H = 300 s.
@@ -36,6 +39,8 @@ TRACE = """timestamp,node,state
 2021-02-01T00:00:00,n2,idle
 2021-02-01T00:00:00,n3,idle
 2021-02-01T00:00:25,n3,busy
+2021-02-01T00:10:00,n1,busy
+2021-02-01T00:10:00,n2,busy
 """
 JOB = JobSpec(job_id="A", model="m", submit_offset_s=0.0, min_nodes=1, max_nodes=3,
               total_samples=1e9, rescale_up_s=20.0, rescale_down_s=5.0)  # fmt: skip
@@ -81,12 +86,17 @@ def test_a_plan_that_knows_no_hole_replays_as_none(trace) -> None:
         assert unknown[key] == none[key]
 
 
-def test_hole_ends_exact_and_planned(trace) -> None:
+def test_hole_ends_exact_and_planned(trace, tmp_path: Path) -> None:
     idle = np.array([0, 1, 2])
     exact = HoleForecasts(trace, 0.0, None, ForecastSettings("exact"))
-    # n1, n2 never go busy: their holes have no end to forecast; n3's ends at 25 s.
-    assert exact.remaining_s(0.0, idle) == {2: 25.0}
-    assert exact.remaining_s(10.0, idle) == {2: 15.0}
+    # n1, n2 go busy at 600 s, n3 at 25 s.
+    assert exact.remaining_s(0.0, idle) == {0: 600.0, 1: 600.0, 2: 25.0}
+    assert exact.remaining_s(10.0, idle) == {0: 590.0, 1: 590.0, 2: 15.0}
+    # A node that never goes busy again has no end to forecast.
+    path = tmp_path / "endless.csv"
+    path.write_text(TRACE.replace("2021-02-01T00:10:00,n2,busy\n", ""))
+    endless = HoleForecasts(load_trace(path), 0.0, None, ForecastSettings("exact"))
+    assert endless.remaining_s(0.0, idle) == {0: 600.0, 2: 25.0}
     # A window from 10 s on (its clock starts there) and only n3 replayed (window id 0).
     assert HoleForecasts(trace, 10.0, np.array([2]), ForecastSettings("exact")).remaining_s(
         5.0, np.array([0])
@@ -167,6 +177,9 @@ PLANNED = """timestamp,node,state
 2021-02-01T00:00:00,n4,busy
 2021-02-01T00:06:30,n4,idle
 2021-02-01T00:06:40,n3,busy
+2021-02-01T00:20:00,n1,busy
+2021-02-01T00:20:00,n2,busy
+2021-02-01T00:20:00,n4,busy
 """
 
 
@@ -182,8 +195,9 @@ def test_a_planned_shrink_before_a_forecast_reclaim(
     tmp_path: Path, mode: str, loss_s: float, goodput: float, preemptions: int, causes: set
 ) -> None:
     # n3 is reclaimed at 400 s, beyond H = 300 s at the start, so A starts on n1..n3; n4
-    # turns idle at 390 s (an event, so a solve). Window 0..500, job A as above (up 20 s,
-    # down 5 s), a reclaim losing loss_s more than a shrink.
+    # turns idle at 390 s (an event, so a solve); n1, n2, n4 are reclaimed at 1,200 s, past
+    # the window and the horizon. Window 0..500, job A as above (up 20 s, down 5 s), a
+    # reclaim losing loss_s more than a shrink.
     # - exact, 60 s: at 390 s keeping n3 is worth 300 x 10 + 200 x (690 - 465) = 48,000,
     #   shedding it now 200 x 295 = 59,000: a planned shrink, paused to 395 s. At 400 s A
     #   grows onto n4 (84,000 over H against 60,000), paused to 420 s. Goodput 300 x 370 +
@@ -254,7 +268,8 @@ def test_forecasts_are_used_only_at_the_minimum_coverage(
     (a,) = result.jobs
     assert result.forecast_coverage == pytest.approx(coverage)
     assert a.goodput == pytest.approx(goodput)
-    # Solves at 0 s (no job yet; coverage unknown, so forecasts used), at 2 s (used only at
-    # the minimum coverage) and at 27 s (no forecast left).
-    assert (result.solves, result.forecast_solves) == (3, 2 if goodput == 36_000 else 1)
+    # Solves at 0 s (no job yet; no hole ended, so the idle nodes' share stands for the
+    # coverage: 61 of 63 told with tell_short, 1 of 63 without), at 2 s (the 60 ended holes'
+    # coverage) and at 27 s (no forecast left).
+    assert (result.solves, result.forecast_solves) == (3, 2 if goodput == 36_000 else 0)
     assert summarize(result)["forecast_solves"] == result.forecast_solves
