@@ -56,7 +56,8 @@ class Metrics:
         self.forecast_coverage = Gauge(
             "interstice_forecast_coverage",
             "Share of the newest ended idle intervals whose node had an until, as the last "
-            "solve with forecasts saw it (NaN: fewer than 50 ended, or no forecasts)",
+            "solve with forecasts saw it (fewer than 50 ended: the share of the allocatable "
+            "nodes that have one; NaN: no forecasts)",
             registry=r,
         )
         self.forecasts_used = Gauge(

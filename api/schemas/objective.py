@@ -36,10 +36,10 @@ class ObjectivePublic(BaseModel):
             in the replay 6 paid only where a reclaim costs more than a shrink
             (``reclaim_loss_s`` > 0).
         forecast_min_coverage: the optimizer uses the forecasts only while the share of the
-            newest ended idle intervals whose node had an ``until`` is unknown (fewer than
-            50) or at least this, in [0, 1] (default 0.9; 0: always): told some short lives
-            and not others it did worse in the replay than told nothing
-            (:mod:`interstice.optimizer.coverage`).
+            newest ended idle intervals whose node had an ``until`` (with fewer than 50, the
+            share of the allocatable nodes that have one) is at least this, in [0, 1]
+            (default 0.9; 0: always): told some short lives and not others it did worse in
+            the replay than told nothing (:mod:`interstice.optimizer.coverage`).
         horizon_s: forecast horizon, seconds, or ``"auto"`` (expected remaining idle time
             of the pool, from the idle intervals observed so far).
         backend: MILP backend, ``cbc`` or ``cpsat``.
