@@ -25,7 +25,7 @@ const FIELDS = [
   ["completion_s", "number", "tau of the completion term, seconds (0: off)"],
   ["reclaim_loss_s", "number", "what a reclaim costs a job beyond a shrink, seconds"],
   ["forecast_classes", "number", "classes of nodes forecast to leave within the horizon, 1..16"],
-  ["forecast_min_coverage", "number", "use forecasts only while this share of ended holes had one, 0..1"],
+  ["forecast_min_coverage", "number", "use forecasts only while this share of ended holes (under 50: of idle nodes) had one, 0..1"],
   ["horizon_s", "text", "forecast horizon, seconds, or auto"],
   ["backend", "select", "MILP backend"],
   ["time_limit_s", "number", "solver time limit, seconds"],
