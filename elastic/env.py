@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from interstice.elastic import watchdog
 
 from interstice import wire
 
@@ -93,8 +94,13 @@ def init(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Co
     Returns:
         The process's :class:`Context` (also what :func:`current` returns later).
 
+    Under an interstice job (or with ``INTERSTICE_FIRST_STEP_DUMP_S`` set) it also arms a
+    one-time dump of every thread's stack to stderr in case no step follows
+    (:mod:`interstice.elastic.watchdog`).
+
     Raises:
-        ValueError: an ``INTERSTICE_*`` integer variable holds no integer.
+        ValueError: an ``INTERSTICE_*`` integer variable holds no integer, or
+            ``INTERSTICE_FIRST_STEP_DUMP_S`` no number of seconds >= 0.
         torch.distributed.DistStoreError: the rendezvous with the other ranks timed out.
 
     Example:
@@ -106,6 +112,7 @@ def init(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Co
     global _current
     if _current is not None and dist.is_initialized():
         return _current
+    watchdog.arm()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interstice.elastic import env
+from interstice.elastic import env, watchdog
 
 from interstice import wire
 from interstice.files import write_atomic
@@ -154,6 +154,7 @@ def report(
         False
     """
     global _reporter
+    watchdog.disarm()
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, got {state!r}")
     if _reporter is None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from interstice.elastic import env, lock, sharded
+from interstice.elastic import env, lock, sharded, watchdog
 from interstice.elastic.sampler import ElasticSampler
 from interstice.elastic.signals import StopSignals
 from torch.nn.parallel import DistributedDataParallel
@@ -396,6 +396,7 @@ class State:
                 :attr:`loss` becomes their mean over the global batch (see there). None: no
                 loss.
         """
+        watchdog.disarm()
         self.sampler.advance()
         self.steps += 1
         self.samples += self.sampler.global_batch_size

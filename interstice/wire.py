@@ -75,6 +75,10 @@ JOB_ENV_VARS: tuple[str, ...] = (
     ENV_NODE,
 )
 
+# Seconds from elastic.init() to a worker's stack dump when it has not stepped yet
+# (interstice.elastic.watchdog); read by the worker, not set by the agent.
+ENV_FIRST_STEP_DUMP_S = "INTERSTICE_FIRST_STEP_DUMP_S"
+
 # The agent's credential: never in a job's environment.
 ENV_AGENT_TOKEN = "INTERSTICE_AGENT_TOKEN"
 

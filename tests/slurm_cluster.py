@@ -96,12 +96,16 @@ def tail(path: Path, lines: int = 25) -> str:
 
 
 def wait_for(
-    what: str, check: Callable[[], object], timeout_s: float, logs: Callable[[], list[Path]]
+    what: str,
+    check: Callable[[], object],
+    timeout_s: float,
+    logs: Callable[[], list[Path]],
+    tail_lines: int = 25,
 ) -> object:
     """Poll ``check`` every 0.1 s until it returns a truthy value, and return that value.
 
-    Fails the test naming ``what`` and showing the tails of ``logs()`` after ``timeout_s``
-    seconds.
+    Fails the test naming ``what`` and showing the last ``tail_lines`` lines of each of
+    ``logs()`` after ``timeout_s`` seconds.
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -109,7 +113,7 @@ def wait_for(
         if value:
             return value
         time.sleep(0.1)
-    tails = "\n".join(f"--- {log}:\n{tail(log)}" for log in logs())
+    tails = "\n".join(f"--- {log}:\n{tail(log, tail_lines)}" for log in logs())
     pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}\n{tails}")
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from interstice.api.schemas.common import Request, integer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from interstice.wire import CommandKind, JobState, Parallelism
+from interstice.wire import ENV_FIRST_STEP_DUMP_S, CommandKind, JobState, Parallelism
 
 RescaleReason = Literal[
     "allocation",
@@ -23,11 +23,13 @@ RescaleReason = Literal[
 
 
 RESERVED_ENV = re.compile(
-    r"^(INTERSTICE_.*|TORCHELASTIC_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK"
-    r"|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT"
-    r"|TORCH_NCCL_ASYNC_ERROR_HANDLING)$"
+    rf"^(?!{ENV_FIRST_STEP_DUMP_S}$)(INTERSTICE_.*|TORCHELASTIC_.*|RANK|LOCAL_RANK"
+    r"|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK"
+    r"|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCH_NCCL_ASYNC_ERROR_HANDLING)$"
 )
-"""Names a job's ``env`` may not set: the launcher's (torchrun's and interstice's)."""
+"""Names a job's ``env`` may not set: the launcher's (torchrun's and interstice's). The one
+``INTERSTICE_*`` name a job may set is ``INTERSTICE_FIRST_STEP_DUMP_S``, which the workers
+read (interstice.elastic.watchdog)."""
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ARGV_MAX_ARGS = 1000
 ARGV_MAX_BYTES = 100_000
@@ -72,7 +74,9 @@ class JobCreate(Request):
             program) is not empty.
         workdir: directory the workers start in (on every node); None: the agent's choice.
         env: environment variables added for the workers; the launcher's names
-            (``INTERSTICE_*``, ``TORCHELASTIC_*``, ``RANK``, ``WORLD_SIZE``, ...) are refused.
+            (``INTERSTICE_*``, ``TORCHELASTIC_*``, ``RANK``, ``WORLD_SIZE``, ...) are refused,
+            except ``INTERSTICE_FIRST_STEP_DUMP_S`` (seconds to a worker's stack dump when it
+            has not stepped; interstice.elastic.watchdog).
         nproc_per_node: worker processes per node, or ``auto`` (one per visible GPU, 1 on CPU).
 
     Rules beyond the fields' own (a 422 when broken): ``min_nodes`` ≤ ``max_nodes``; at

@@ -184,7 +184,12 @@ def test_a_command_job_shows_its_fields_and_no_entrypoint(api) -> None:
         "model": None,
         "command": ["train.py", "--out={job_dir}/x", "--n={total_samples}"],
         "workdir": "/home/me/project",
-        "env": {"OMP_NUM_THREADS": "4", "DATA": "/data/digits"},
+        # the one INTERSTICE_ name a job may set: its workers read it (elastic.watchdog)
+        "env": {
+            "OMP_NUM_THREADS": "4",
+            "DATA": "/data/digits",
+            "INTERSTICE_FIRST_STEP_DUMP_S": "9",
+        },
         "nproc_per_node": 2,
         "global_batch_size": 64,
         "total_samples": 12_800,
@@ -206,7 +211,7 @@ def test_a_command_job_shows_its_fields_and_no_entrypoint(api) -> None:
         "entrypoint": None,
         "command": fields["command"],  # placeholders are the agent's to expand
         "workdir": "/home/me/project",
-        "env": {"OMP_NUM_THREADS": "4", "DATA": "/data/digits"},
+        "env": fields["env"],
         "nproc_per_node": 2,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/checkpoints",

@@ -119,14 +119,18 @@ class Pilot:
     replicas: list[Replica]
     tokens: dict[str, str]
     log_dir: Path
+    jobs_root: Path
     env: dict[str, str]
     fill: subprocess.Popen | None = None
     timeline: list[tuple[float, str]] = field(default_factory=list)
     submitted_at: float = 0.0
 
     def logs(self) -> list[Path]:
-        """Every log of the pilot, for a failure message."""
-        return [*self.slurm.logs(), *sorted(self.log_dir.glob("*.log"))]
+        """Every log of the pilot, for a failure message: the daemons', the replicas', and
+        each worker's (where a worker that never stepped dumps its stacks after 120 s,
+        interstice.elastic.watchdog)."""
+        ranks = sorted(self.jobs_root.rglob("rank-*.log"))
+        return [*self.slurm.logs(), *sorted(self.log_dir.glob("*.log")), *ranks]
 
     def start_fill(self) -> None:
         """Start ``interstice slurm fill`` with a pass every second."""
@@ -179,8 +183,8 @@ class Pilot:
         self, what: str, check: Callable[[], object], timeout_s: float = PHASE_TIMEOUT_S
     ) -> Any:
         """Poll ``check`` until truthy and return its value; fail with every log's tail after
-        ``timeout_s``."""
-        return wait_for(what, check, timeout_s, self.logs)
+        ``timeout_s`` (60 lines: a worker's stack dump)."""
+        return wait_for(what, check, timeout_s, self.logs, tail_lines=60)
 
     def world_sizes(self, job_id: str) -> list[int]:
         """The world sizes the workers reported (the metrics series), repeats merged."""
@@ -226,7 +230,7 @@ def pilot(tmp_path: Path) -> Iterator[Pilot]:
             urls = [replica.url for replica in replicas]
             agent_conf = write_agent_conf(tmp_path, urls, tokens["agent"], GRACE_S)
             with slurm_cluster(tmp_path, NODES, GRACE_S, agent_conf) as slurm:
-                pilot = Pilot(slurm, replicas, tokens, log_dir, env)
+                pilot = Pilot(slurm, replicas, tokens, log_dir, jobs_root, env)
                 for replica in replicas:
                     pilot.wait(
                         f"{replica.name} to answer", lambda r=replica: r.leader() is not None
