@@ -8,7 +8,8 @@ services: which commands take the fork path; a script at world size 2 sees its a
 ``sys.path[0]``, ``__name__ == "__main__"`` and the job's env without the agent's token,
 runs its ``atexit`` handlers, writes its rank logs and its exit 0 is ``finished``; a module
 whose rank 1 raises ``SystemExit(3)`` fails the job with ``exit code 3`` and that rank's last
-log lines, as a program exiting 3 does.
+log lines, as a program exiting 3 does; a forked worker that never steps writes its stack to
+its rank log once the job's ``INTERSTICE_FIRST_STEP_DUMP_S`` has passed.
 """
 
 import json
@@ -196,3 +197,33 @@ def test_a_program_still_runs_as_a_process_and_fails_with_its_exit_code(
     error = run_failing(agents, tmp_path, code_dir, command)
     assert "rank 1 exited with code 3" in error
     assert "rank 1 gives up" in error
+
+
+STUCK_SCRIPT = """\
+import time
+from interstice import elastic
+
+def waiting_for_a_peer():
+    time.sleep(4)
+
+elastic.init()
+waiting_for_a_peer()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_forked_worker_that_never_steps_writes_its_stack_to_its_rank_log(
+    agents: MakeAgent, tmp_path: Path, code_dir: Path
+) -> None:
+    # the job's env sets the dump's seconds (interstice.elastic.watchdog): the one
+    # INTERSTICE_ name it may set reaches a worker forked from the fork server
+    (code_dir / "stuck.py").write_text(STUCK_SCRIPT)
+    agent, _ = agents("n0")
+    job_dir = tmp_path / "j-1"
+    job = {"command": ["stuck.py"], "env": {wire.ENV_FIRST_STEP_DUMP_S: "1"}}
+    agent._execute(user_command(agent, job_dir, code_dir, "unused", job=job))
+    wait_until(lambda: agent.heartbeat_body().get("job_state") == "finished", 240, "finished")
+    log = wire.rank_log_path(job_dir, "j-1-g1", 0).read_text()
+    assert log.count("Timeout (0:00:01)!") == 1, log
+    assert "waiting_for_a_peer" in log, log
