@@ -3,8 +3,8 @@
     torchrun --nproc-per-node 2 examples/train_charlm.py --checkpoint-dir /tmp/charlm
 
 The text is CPython's pydoc topics (``pydoc_data.topics``, shipped with Python): 90 % for
-training in windows of 64 characters, the last 10 % held out. Prints one JSON line (rank 0)
-with the held-out loss (nats per character) and perplexity.
+training in windows of 64 characters, the last 10 % held out. Prints one JSON line (rank 0);
+once the sample budget is spent, with the held-out loss (nats per character) and perplexity.
 """
 
 import argparse
@@ -80,6 +80,15 @@ def loss_sum(logits_BTV: torch.Tensor, y_BT: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits_BTV.flatten(0, 1), y_BT.flatten(), reduction="sum") / CONTEXT
 
 
+def held_out_metrics(model: nn.Module, test_set: TensorDataset, device: torch.device) -> dict:
+    """The held-out loss (nats per character) and perplexity of ``model``."""
+    model.eval()
+    with torch.no_grad():
+        x_test, y_test = (t.to(device) for t in test_set.tensors)
+        held_out_loss = loss_sum(model(x_test), y_test).item() / len(x_test)
+    return {"held_out_loss": held_out_loss, "perplexity": math.exp(held_out_loss)}
+
+
 @record
 def main() -> None:
     args = parse_args()
@@ -120,19 +129,17 @@ def main() -> None:
             if state.should_stop():
                 break
     state.save()
-    model.eval()
-    with torch.no_grad():
-        x_test, y_test = (t.to(ctx.device) for t in test_set.tensors)
-        held_out_loss = loss_sum(model(x_test), y_test).item() / len(x_test)
+    # A stop (a rescale, a reclaim within its grace period) leaves at once: evaluate only
+    # the finished model.
+    held_out = held_out_metrics(model, test_set, ctx.device) if state.finished else {}
     outcome = "finished" if state.finished else "stopped"
-    elastic.report(state.steps, state.samples, state.loss, state=outcome, held_out=held_out_loss)
+    elastic.report(state.steps, state.samples, state.loss, state=outcome, **held_out)
     if state.finished:
         elastic.save_final(model)
     if ctx.rank == 0:
         print(json.dumps({
             "samples": state.samples, "steps": state.steps, "world_sizes": state.world_sizes,
-            "state": outcome, "stop_reason": state.stop_reason, "loss": state.loss,
-            "held_out_loss": held_out_loss, "perplexity": math.exp(held_out_loss),
+            "state": outcome, "stop_reason": state.stop_reason, "loss": state.loss, **held_out,
         }))  # fmt: skip
     elastic.shutdown()
 

@@ -53,6 +53,30 @@ def test_plain_torchrun_trains_both_examples(tmp_path):
             assert (tmp_path / folder / name).is_file(), f"{folder}/{name}"
 
 
+@pytest.mark.parametrize(
+    ("script", "metrics"),
+    [("train_digits.py", {"accuracy"}), ("train_charlm.py", {"held_out_loss", "perplexity"})],
+)
+def test_a_stopped_example_saves_and_leaves_without_evaluating(tmp_path, script, metrics):
+    """A stop (a rescale, a reclaim) is on the clock of the grace period: the example saves
+    its checkpoint and exits; only a finished run evaluates its held-out set (on 4 ranks of a
+    2-core VM, charlm's evaluation took 1.7-2.3 s of each stop)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "stop").touch()  # the agent's stop file, there from the start
+    run = torchrun(
+        2, script, "--checkpoint-dir", str(tmp_path / "ck"),
+        env=worker_env(INTERSTICE_RUN_DIR=str(run_dir)),
+    )  # fmt: skip
+    result = result_of(run)
+    assert result["state"] == "stopped" and result["stop_reason"] == "stop file", result
+    assert (tmp_path / "ck" / "checkpoint.pt").is_file()
+    assert not metrics & result.keys(), result
+    for rank in range(2):  # each rank's last report, for the agent's heartbeat
+        report = json.loads((run_dir / f"progress-{rank}.json").read_text())
+        assert report["state"] == "stopped" and not metrics & report["metrics"].keys(), report
+
+
 def test_rescales_train_each_sample_once_and_follow_the_dedicated_trajectory(tmp_path):
     total = 20 * DIGITS_TRAIN_LEN  # 20 epochs, 449 steps of 64
     records, run_dir = tmp_path / "records", tmp_path / "run"
