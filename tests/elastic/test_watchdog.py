@@ -22,15 +22,16 @@ SCRIPT = textwrap.dedent(
     def waiting_for_a_peer():
         time.sleep(3)
 
+    # Before elastic.init(): an optimizer's first construction imports torch._dynamo, which
+    # took more than the 1 s dump time on a loaded machine.
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     elastic.init()
     if sys.argv[1] == "report":
         elastic.report(step=1, samples=4)
     elif sys.argv[1] == "state step":
-        model = torch.nn.Linear(1, 1)
         state = elastic.State(
-            model=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-            sampler=elastic.ElasticSampler(8, 4, seed=0),
+            model=model, optimizer=optimizer, sampler=elastic.ElasticSampler(8, 4, seed=0)
         )
         state.step()
     waiting_for_a_peer()
