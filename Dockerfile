@@ -17,6 +17,9 @@ FROM ${BASE}
 ARG EXTRAS=""
 ARG PIP_EXTRA_INDEX_URL=""
 ENV PATH=/opt/interstice/bin:$PATH PYTHONUNBUFFERED=1
+# unmunge checks the MUNGE credentials of multi-user mode (containers/base.sh's base has it).
+RUN command -v unmunge >/dev/null || (apt-get update \
+    && apt-get install -y --no-install-recommends munge && rm -rf /var/lib/apt/lists/*)
 WORKDIR /src
 COPY pyproject.toml ./
 # The dependencies first, read from pyproject.toml, in a layer of their own: a change of the

@@ -19,6 +19,10 @@ A 404 from the service means it forgot this agent (a restart on a fresh database
 registers again (idempotent for the service). While the service is down every call is
 retried with backoff; the workers keep training meanwhile.
 
+An agent that runs as root says at registration that it runs jobs as their owners
+(``runs_as_owner``, :func:`interstice.agents.owner.runs_jobs_as_owners`): in multi-user mode
+the service allocates jobs only to such agents.
+
 Before it registers, the agent starts its spare launcher (torch imported ahead, see
 :mod:`interstice.agents.launcher`) and waits until it is warm, at most
 ``AgentConfig.warm_before_register_s``: registering makes the node allocatable (with
@@ -49,6 +53,7 @@ from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnav
 from interstice.agents.generation import Generation, workers_alive
 from interstice.agents.launch_config import NodeSettings
 from interstice.agents.launcher import Launcher
+from interstice.agents.owner import runs_jobs_as_owners
 from interstice.agents.protocol import BadCommand, Command, parse_command
 from interstice.agents.stopping import end_generation, kill
 
@@ -199,6 +204,10 @@ class Agent:
             "devices": list(self.config.devices),
             "report_idle": self.config.report_idle,
         }
+        if runs_jobs_as_owners():
+            # said only when true: a service older than the field refuses unknown fields,
+            # and one that knows it reads its absence as false
+            body["runs_as_owner"] = True
         with self._register_lock:
             try:
                 answer = self.client.register(body, should_stop=self.shutdown.is_set)
@@ -388,11 +397,11 @@ class Agent:
         generation = self.generation
         stepped = generation is not None and any(
             progress.get("rendezvous_id") == generation.rendezvous_id
-            for progress in rundir.read_progress(generation.run_dir)
+            for progress in rundir.read_progress(generation.run_dir, generation.uid)
         )
         if stepped or time.monotonic() >= self._spare_due:
             self._spare_due = None
-            self.launcher.warm()
+            self.launcher.warm(last=True)  # for the account of the job launched last
 
     def _ack(
         self, command_id: int | None, ok: bool, error: str | None, job_failed: bool = False
@@ -423,7 +432,7 @@ class Agent:
         body["spb_depth"] = generation.command.spb_depth
         reports = [
             progress
-            for progress in rundir.read_progress(generation.run_dir)
+            for progress in rundir.read_progress(generation.run_dir, generation.uid)
             if progress.get("rendezvous_id") == generation.rendezvous_id
         ]
         if reports:

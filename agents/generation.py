@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 from interstice.agents.launcher_process import SPARE_READY
+from interstice.agents.owner import Account, file_gid, file_uid
 from interstice.agents.protocol import Command
 
 MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
@@ -33,6 +34,8 @@ class Generation:
             :class:`~interstice.elastic.signals.StopSignals` ignores it), so each worker
             gets one, however many times a stop is requested (a preemption taking over a
             rescale's stop requests it again).
+        account: the account the launcher and its workers run as (the job's owner); None
+            for the agent's own.
     """
 
     command: Command
@@ -44,7 +47,18 @@ class Generation:
     started_at: float = field(default_factory=time.monotonic)
     stop_requested: bool = False
     signalled: set[int] = field(default_factory=set)
+    account: Account | None = None
     _warmed_up: bool = False
+
+    @property
+    def uid(self) -> int:
+        """The uid that owns the files this generation's processes write."""
+        return file_uid(self.account)
+
+    @property
+    def gid(self) -> int:
+        """The primary group of the account this generation runs as."""
+        return file_gid(self.account)
 
     @property
     def rendezvous_id(self) -> str:

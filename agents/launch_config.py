@@ -17,8 +17,14 @@ What a job runs on every node:
 
 The workers' environment is built from a clean base: this process's environment without
 any ``INTERSTICE_*`` variable (the agent's token among them) nor any value equal to one of
-the agent's secrets, plus torch's ``RANK``/``WORLD_SIZE``/… and the job's variables
-(:data:`interstice.wire.JOB_ENV_VARS`).
+the agent's secrets; for a job run as its owner, only PATH, HOME, USER and LOGNAME
+(:func:`interstice.agents.owner.owner_environment`). Then torch's ``RANK``/``WORLD_SIZE``/…
+and the job's variables (:data:`interstice.wire.JOB_ENV_VARS`).
+
+A job run as its owner is checked here only for what needs no look at its files (the argv's
+length): the agent may run as root, and what root finds in a user's folders is not what
+the owner may use; the launcher, running as the owner, refuses a missing program or workdir
+itself (:mod:`interstice.agents.launcher_process`).
 
 Exactly one node hosts the rendezvous' TCP store: torch's c10d backend guesses the host by
 matching the endpoint's host name to this machine, which is ambiguous with several agents
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interstice.agents.owner import Account, owner_environment
 from interstice.agents.protocol import BadCommand, Command
 from interstice.agents.rank_logs import MERGE_STDERR
 
@@ -75,16 +82,21 @@ def is_host(endpoint: str, host: str, ports: Sequence[int]) -> bool:
     return endpoint_host.strip("[]") == host and int(port) in ports
 
 
-def generation_config(command: Command, settings: NodeSettings) -> dict[str, Any]:
+def generation_config(
+    command: Command, settings: NodeSettings, account: Account | None = None
+) -> dict[str, Any]:
     """The JSON line a launcher reads: the launch config, the workers' argv and env.
 
     Args:
         command: a validated start or rescale command.
         settings: this node's.
+        account: the job's owner's account (:func:`interstice.agents.owner.job_account`);
+            None runs it as the agent's account.
 
     Raises:
         BadCommand: with ``job_failed``: the job's command cannot run (a missing script or
-            program, a workdir that is not a folder, an argv too long for the OS).
+            program, a workdir that is not a folder, an argv too long for the OS; for a job
+            run as its owner, only the last).
     """
     job = command.job
     assert job is not None and command.rendezvous_endpoint is not None
@@ -118,10 +130,10 @@ def generation_config(command: Command, settings: NodeSettings) -> dict[str, Any
         argv = [sys.executable, "-m", job.entrypoint]
     else:
         argv = None
-    base_env = clean_environment(os.environ, settings.secrets)
+    base_env = job_base_environment(settings, account)
     if argv is not None:
-        check_runnable(argv, cwd, {**base_env, **job_env})
-    elif job.workdir is not None and not cwd.is_dir():
+        check_runnable(argv, cwd, {**base_env, **job_env}, files=account is None)
+    elif account is None and job.workdir is not None and not cwd.is_dir():
         raise BadCommand(f"workdir {str(cwd)!r} is not a folder", job_failed=True)
     return {
         "model": job.model if argv is None else None,
@@ -136,8 +148,9 @@ def generation_config(command: Command, settings: NodeSettings) -> dict[str, Any
         "python_main": argv is not None and python_main(argv, cwd, base_env.get("PATH")),
         "builtin_args": builtin_args(command, settings) if argv is None else None,
         "env": job_env,
-        "cwd": str(cwd) if cwd.is_dir() else None,
+        "cwd": str(cwd),
         "job_dir": job.job_dir,
+        "owner": account.name if account is not None else None,
     }
 
 
@@ -154,6 +167,15 @@ def builtin_args(command: Command, settings: NodeSettings) -> list[str]:
         *("--checkpoint-dir", job.checkpoint_dir, "--run-dir", str(run_dir)),
         *("--node", settings.node, *settings.worker_args),
     ]
+
+
+def job_base_environment(settings: NodeSettings, account: Account | None) -> dict[str, str]:
+    """The environment a job's launcher starts with (before the job's own variables): that
+    of :func:`interstice.agents.owner.owner_environment` for an owner's job, else the agent's
+    own through :func:`clean_environment`."""
+    if account is not None:
+        return owner_environment(account, os.environ)
+    return clean_environment(os.environ, settings.secrets)
 
 
 def clean_environment(environ: Mapping[str, str], secrets: Sequence[str] = ()) -> dict[str, str]:
@@ -182,7 +204,7 @@ def clean_environment(environ: Mapping[str, str], secrets: Sequence[str] = ()) -
     }
 
 
-def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> None:
+def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str], files: bool = True) -> None:
     """Refuse a command that cannot be executed, before starting anything.
 
     Linux's limits on ``execve``: one argument or environment entry at most
@@ -193,22 +215,15 @@ def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> None:
         argv: the expanded command (a ``.py`` first element already behind the Python).
         cwd: the workers' working directory.
         env: their environment, besides torch's variables.
+        files: also check the workdir, the program and the script (False: only the lengths,
+            for a job the agent does not run as its own account).
 
     Raises:
         BadCommand: with ``job_failed``: the workdir is not a folder, the program or script
             is missing or not executable, or the argv and env are too long for the OS.
     """
-    if not cwd.is_dir():
-        raise BadCommand(f"workdir {str(cwd)!r} is not a folder", job_failed=True)
-    program = argv[0]
-    resolved = shutil.which(program, path=env.get("PATH")) if "/" not in program else None
-    path = Path(resolved) if resolved else cwd / program
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise BadCommand(f"command: no executable {program!r} (cwd {cwd})", job_failed=True)
-    if program == sys.executable and len(argv) > 1 and not argv[1].startswith("-"):
-        script = cwd / argv[1]
-        if not script.is_file():
-            raise BadCommand(f"command: no script {str(script)!r}", job_failed=True)
+    if files:
+        check_files(argv, cwd, env.get("PATH"))
     strings = [*MERGE_STDERR, *argv, *(f"{name}={value}" for name, value in env.items())]
     longest = max(len(text.encode()) + 1 for text in strings)
     max_arg_bytes = 32 * os.sysconf("SC_PAGE_SIZE")
@@ -226,6 +241,22 @@ def check_runnable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> None:
             f"({os.sysconf('SC_ARG_MAX')}, E2BIG)",
             job_failed=True,
         )
+
+
+def check_files(argv: list[str], cwd: Path, path: str | None) -> None:
+    """Refuse a command whose workdir, program or script is missing (see
+    :func:`check_runnable`)."""
+    if not cwd.is_dir():
+        raise BadCommand(f"workdir {str(cwd)!r} is not a folder", job_failed=True)
+    program = argv[0]
+    resolved = shutil.which(program, path=path) if "/" not in program else None
+    found = Path(resolved) if resolved else cwd / program
+    if not (found.is_file() and os.access(found, os.X_OK)):
+        raise BadCommand(f"command: no executable {program!r} (cwd {cwd})", job_failed=True)
+    if program == sys.executable and len(argv) > 1 and not argv[1].startswith("-"):
+        script = cwd / argv[1]
+        if not script.is_file():
+            raise BadCommand(f"command: no script {str(script)!r}", job_failed=True)
 
 
 def python_main(argv: Sequence[str], cwd: Path, path: str | None) -> bool:

@@ -14,6 +14,15 @@ generation's config to it (one JSON line), and the agent starts the next spare o
 workers trained their first step (or 5 s after they joined), so its imports do not slow their
 start. An agent registers only once its first spare is warm (:meth:`Launcher.wait_ready`),
 so the first start on a fresh node does not pay the imports either.
+
+A spare runs as one account and serves only jobs of that account. A job that names an owner
+(multi-user mode) runs as that owner (:mod:`interstice.agents.owner`): its launcher is a
+fresh ``exec`` of Python as the owner, never a fork of the agent (root, holding the token)
+nor a spare of another account, and its workers are forks of that launcher's own fork
+server. The spare is kept for the account of the job launched last: the next command of a
+node is most often a rescale of the same job, which then pays no imports. The agent's first
+spare runs as the agent's account, so on a node whose jobs have owners, the first start of
+each owner's job on the node pays the imports (and closes a spare of another account).
 """
 
 import json
@@ -27,10 +36,12 @@ from typing import IO
 
 from interstice.agents import rundir
 from interstice.agents.generation import Generation
-from interstice.agents.launch_config import NodeSettings, clean_environment, generation_config
+from interstice.agents.launch_config import NodeSettings, generation_config, job_base_environment
 from interstice.agents.launcher_process import SPARE_READY
+from interstice.agents.owner import Account, file_gid, file_uid, job_account, popen_identity
 from interstice.agents.protocol import Command
 from interstice.agents.stopping import kill
+from interstice.agents.user_folder import ensure_user_folder
 
 from interstice import wire
 
@@ -47,26 +58,45 @@ class Launcher:
     def __init__(self, settings: NodeSettings) -> None:
         self.settings = settings
         self._spare: tuple[subprocess.Popen, Path] | None = None
+        self._spare_account: Account | None = None
+        self._account: Account | None = None  # of the job launched last: the next spare's
         self._launches = 0
-        (settings.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        # The launchers' logs: the agent's alone (a job's launcher writes its own through the
+        # descriptor it is given), so no job reads another's.
+        logs = settings.workdir / "logs"
+        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        logs.chmod(0o700)
 
-    def warm(self) -> None:
-        """Start a spare launcher (torch imported, waiting for its config) if none runs."""
+    def warm(self, account: Account | None = None, *, last: bool = False) -> None:
+        """Start a spare launcher (torch imported, waiting for its config) if none runs for
+        the account.
+
+        Args:
+            account: the account the spare runs as (None: the agent's own); a spare of
+                another account is closed first.
+            last: warm for the account of the job launched last instead.
+        """
+        if last:
+            account = self._account
         if self._spare is not None and self._spare[0].poll() is None:
-            return
+            if self._spare_account == account:
+                return
+            self.close_spare()
         self._launches += 1
         log_path = self.settings.workdir / "logs" / f"launcher-{os.getpid()}-{self._launches}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", LAUNCHER_MODULE],
                 # torch elastic's rendezvous and worker events, timed, in the launcher log
-                env={**clean_environment(os.environ, self.settings.secrets), "LOGLEVEL": "INFO"},
+                env={**job_base_environment(self.settings, account), "LOGLEVEL": "INFO"},
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed as one
+                **popen_identity(account),  # type: ignore[arg-type]
             )
         self._spare = (process, log_path)
+        self._spare_account = account
 
     def spare_ready(self) -> bool:
         """Whether the spare launcher finished its imports (a launch now is fast)."""
@@ -115,21 +145,29 @@ class Launcher:
 
         Raises:
             BadCommand: with ``job_failed``: the job's command cannot run (see
-                :func:`interstice.agents.launch_config.generation_config`). Nothing was
+                :func:`interstice.agents.launch_config.generation_config`); without: the
+                job cannot run as its owner on this node
+                (:func:`interstice.agents.owner.job_account`), its run directory cannot
+                be made (:func:`interstice.agents.rundir.prepare`), or the owner's folder
+                in the checkpoint root is missing and cannot be made safely
+                (:func:`interstice.agents.user_folder.ensure_user_folder`). Nothing was
                 started.
         """
         assert command.job is not None and command.rendezvous_endpoint is not None
+        account = job_account(command.job.owner, self.settings.node)
         run_dir = wire.run_dir(self.settings.workdir, command.job_id)
-        config = generation_config(command, self.settings)  # raises before anything starts
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # raises before anything starts
+        config = generation_config(command, self.settings, account)
+        ensure_user_folder(command.job.job_dir, account, self.settings.node)
+        rundir.prepare(run_dir, file_uid(account), file_gid(account))
         rundir.clear(run_dir)
-        job_dir = Path(command.job.job_dir)
-        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.warm()
+        self.warm(account)
         assert self._spare is not None
         process, log_path = self._spare
         self._spare = None
-        result_path = log_path.with_suffix(".result.json")
+        self._account = account
+        # The launcher writes it as the job's account: in the job's run directory.
+        result_path = run_dir / f"{log_path.stem}.result.json"
         config["result_path"] = str(result_path)
         try:
             assert process.stdin is not None
@@ -141,9 +179,10 @@ class Launcher:
             command=command,
             process=process,
             run_dir=run_dir,
-            job_dir=job_dir,
+            job_dir=Path(command.job.job_dir),
             log_path=log_path,
             result_path=result_path,
+            account=account,
         )
 
 

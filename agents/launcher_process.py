@@ -10,6 +10,10 @@ agent's sign that it is warm) and blocks on its stdin for one JSON line, the gen
 config (:func:`interstice.agents.launch_config.generation_config`); an empty stdin (the agent
 closed its spare) ends it with 0.
 
+It runs as the account of the job (its owner in multi-user mode, see
+:mod:`interstice.agents.owner`), so the job directory it makes first
+(:func:`prepare_job_dir`) and every file of the workers are that account's.
+
 The generation runs under torch's :func:`torch.distributed.launcher.api.elastic_launch` (the
 launcher API behind ``torchrun``): a c10d rendezvous at the commanded endpoint with
 ``min_nodes = max_nodes = world_size``, no restarts, then ``nproc_per_node`` workers. Its end
@@ -21,8 +25,10 @@ result file (``{"exit_code", "rank", "error"}``) that
 import errno
 import json
 import os
+import stat
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from interstice.agents import forked_main, rank_logs
@@ -71,6 +77,53 @@ def _recorded_message(data: dict[str, Any]) -> str | None:
     return message if isinstance(message, str) and message else None
 
 
+def prepare_job_dir(config: dict[str, Any]) -> str | None:
+    """Make the job directory (mode 0700, with any missing parent) as the account this
+    launcher runs as, and check the workers' cwd.
+
+    For a job run as its owner (``config["owner"]``), no other account may be able to
+    replace the job directory or change what it holds (it could plant a checkpoint that the
+    job loads): the job directory must belong to this account, and each folder above it to
+    this account or root, writable by no one else unless sticky (as ``/tmp``), the rule of
+    OpenSSH's ``StrictModes``. A job directory made ahead by another account (whose name a
+    job id made guessable) is refused rather than written into.
+
+    Returns:
+        None, or why the job cannot start (the job's fault: a job directory that cannot be
+        made, that belongs to another account or lies in a folder another account may
+        change; a workdir that is not a folder).
+    """
+    job_dir = Path(config["job_dir"])
+    try:
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        owner_uid = job_dir.stat().st_uid
+    except OSError as error:
+        return f"cannot make the job directory: {error}"
+    if config.get("owner") is not None:
+        if owner_uid != os.getuid():
+            return (
+                f"job directory {str(job_dir)!r} belongs to uid {owner_uid}, not to "
+                f"{config['owner']} (uid {os.getuid()}), whom the job runs as"
+            )
+        for folder in Path(os.path.realpath(job_dir)).parents:
+            try:
+                status = folder.stat()
+            except OSError as error:
+                return f"cannot check the folders above the job directory: {error}"
+            shared = status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            if status.st_uid not in (0, os.getuid()) or (
+                shared and not status.st_mode & stat.S_ISVTX
+            ):
+                return (
+                    f"job directory {str(job_dir)!r} lies in {str(folder)!r} (uid "
+                    f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}), which "
+                    f"another account than {config['owner']} may change"
+                )
+    if not os.path.isdir(config["cwd"]):
+        return f"workdir {config['cwd']!r} is not a folder"
+    return None
+
+
 def run_generation(config: dict[str, Any]) -> int:
     """Run one generation with torch's launcher API; the exit code of the launcher."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -82,6 +135,9 @@ def run_generation(config: dict[str, Any]) -> int:
             print(f"interstice: {result['error']}", file=sys.stderr, flush=True)
         return code
 
+    problem = prepare_job_dir(config)
+    if problem is not None:
+        return finish(EXIT_BAD_JOB, error=problem)
     if config["model"] is not None:
         from interstice.models import MODEL_NAMES
 
@@ -92,8 +148,7 @@ def run_generation(config: dict[str, Any]) -> int:
     if nproc_per_node == "auto":
         nproc_per_node = _visible_cuda_devices()
     os.environ.update(config["env"])  # binary workers inherit it
-    if config["cwd"] is not None:
-        os.chdir(config["cwd"])
+    os.chdir(config["cwd"])
     launch_config = LaunchConfig(
         min_nodes=config["world_size"],
         max_nodes=config["world_size"],

@@ -1,8 +1,13 @@
 """How a generation ended, judged from torch elastic, never from a file the workers write:
 its launcher's exit code and the result file the launcher writes
 (:mod:`interstice.agents.launcher_process`), with the failing rank's last log lines.
+
+The result file and the rank logs are the job's files (written as its owner): they are read
+with :func:`interstice.agents.rundir.read_job_file`, so a job cannot make the agent put
+another account's file into its error.
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,12 +55,13 @@ def judge(generation: Generation) -> Outcome | None:
         return None
     if generation.stop_requested:
         return Outcome(None)
-    result = rundir.read_json(generation.result_path) or {}
+    result = rundir.read_json(generation.result_path, generation.uid) or {}
     if returncode == 0:
         return Outcome("finished")
     if returncode == EXIT_WORKERS_FAILED and "rank" in result:
         rank = int(result["rank"])
-        tail = log_tail(wire.rank_log_path(generation.job_dir, generation.rendezvous_id, rank))
+        rank_log = wire.rank_log_path(generation.job_dir, generation.rendezvous_id, rank)
+        tail = log_tail(rank_log, generation.uid)
         reason = str(result.get("error") or f"rank {rank} failed")
         return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
     if returncode == EXIT_BAD_JOB:
@@ -64,22 +70,20 @@ def judge(generation: Generation) -> Outcome | None:
         # It exited with an error of no code of its own, before it could say why (every end
         # it knows writes the result): it could not start at all, e.g. torch missing under
         # this Python. No node of the job would do better, and nothing would replan it.
-        tail = log_tail(generation.log_path)
+        tail = log_tail(generation.log_path, os.geteuid())  # the agent's own file
         return Outcome(
             "failed", _clip(f"launch failed (exit {returncode}); last lines of its log:\n{tail}")
         )
     return Outcome(None, f"launch failed (exit {returncode}): {generation.log_tail()}")
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log file ('' when it cannot be read)."""
-    try:
-        with path.open("rb") as stream:
-            stream.seek(max(0, path.stat().st_size - 16384))
-            text = stream.read().decode(errors="replace")
-    except OSError:
+def log_tail(path: Path, uid: int, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file of ``uid`` ('' when it cannot be read, see
+    :func:`interstice.agents.rundir.read_job_file`)."""
+    content = rundir.read_job_file(path, uid, tail_bytes=16384)
+    if content is None:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(content.decode(errors="replace").splitlines()[-lines:])
 
 
 def _clip(text: str) -> str:

@@ -32,6 +32,19 @@ class BadCommand(ValueError):
         self.job_failed = job_failed
 
 
+class CommandOwner(BaseModel):
+    """The Unix account a job runs as (``Command.job.owner``), as the service knows it.
+
+    The agent looks ``name`` up on its node and runs the job only where it is the same
+    ``uid`` (:func:`interstice.agents.owner.job_account`).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(min_length=1, description="the owner's Unix user name")
+    uid: int = Field(ge=0, description="the owner's uid, as the service mapped it")
+
+
 class CommandJob(BaseModel):
     """The job a ``start``/``rescale`` command runs (``Command.job``)."""
 
@@ -52,6 +65,9 @@ class CommandJob(BaseModel):
     )
     job_dir: str
     checkpoint_dir: str
+    owner: CommandOwner | None = Field(
+        default=None, description="run as this account; None: as the agent's (single-user)"
+    )
 
     @model_validator(mode="after")
     def _runnable(self) -> "CommandJob":

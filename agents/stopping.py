@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 
 import psutil
+from interstice.agents import rundir
 from interstice.agents.generation import Generation, alive, joined, worker_processes
-
-from interstice import wire
 
 log = logging.getLogger("interstice.agent")
 
@@ -29,8 +28,12 @@ def request_stop(generation: Generation) -> list[psutil.Process]:
         The live workers.
     """
     generation.stop_requested = True
-    generation.run_dir.mkdir(parents=True, exist_ok=True)
-    wire.stop_path(generation.run_dir).touch()
+    if generation.account is None:
+        generation.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rundir.request_stop(generation.run_dir, generation.uid, generation.gid)
+    except OSError as error:  # SIGTERM still says it
+        log.warning("no stop file in %s: %s", generation.run_dir, error)
     workers = worker_processes(generation)
     for worker in workers:
         if worker.pid in generation.signalled:

@@ -24,6 +24,7 @@ stop) and :mod:`.cli` (``interstice serve``, ``token``, ``db upgrade``); the das
 static files are in ``ui/``.
 
 Imports: its own modules, interstice.optimizer and the shared interstice.wire,
-interstice.data and interstice.errors; never torch, so never interstice.agents,
-interstice.models or interstice.elastic (tests/test_import_rules.py, with each layer's rule).
+interstice.data, interstice.errors and interstice.munge (the MUNGE command's wrapper);
+never torch, so never interstice.agents, interstice.models or interstice.elastic
+(tests/test_import_rules.py, with each layer's rule).
 """

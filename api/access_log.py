@@ -1,7 +1,7 @@
 """uvicorn's access log without the quiet agents' requests.
 
 At 10,000 agents with a 10 s heartbeat the service answers about 1,000 agent polls,
-long-polls and heartbeats a second (issue 25): logged one line each at the default level
+long-polls and heartbeats a second: logged one line each at the default level
 ``info``, that is 86 million lines a day, which bury every request an admin would look
 for (the benchmarks run the service at ``warning``, so they never paid for it). Here such a
 request is left out of the access log when it was answered below 400; an error answer

@@ -73,6 +73,14 @@ def serve(
     from interstice.api.main import create_app
 
     settings = _settings(config, db_url=db, host=host, port=port)
+    if settings.auth_munge:
+        from interstice.api.auth.munge import MungeUnavailable, check_daemon
+
+        try:
+            check_daemon(settings.munge_socket)
+        except MungeUnavailable as exc:
+            where = settings.munge_socket or "its default socket"
+            fail(f"INTERSTICE_AUTH_MUNGE is on but munged ({where}) does not answer: {exc}")
     try:
         listener = serving.listen(settings.host, settings.port)
     except OSError as exc:
@@ -115,6 +123,18 @@ def token_create(
         str | None,
         typer.Option("--expires-in", help="Lifetime: 30d, 12h, 90m, 3600s or 2w (default: never)."),
     ] = None,
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--unix-user",
+            help="Unix account a user/admin token acts as (its jobs run as it); required "
+            "for user tokens in multi-user mode.",
+        ),
+    ] = None,
+    unix_uid: Annotated[
+        int | None,
+        typer.Option("--unix-uid", help="That account's uid (default: looked up here)."),
+    ] = None,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -130,15 +150,31 @@ def token_create(
         fail(f"--role must be one of {', '.join(TOKEN_ROLES)}, got {role!r}")
     try:
         expires_in_s = None if expires_in is None else parse_duration_s(expires_in)
-        body = TokenCreate(name=name or role, role=role, expires_in_s=expires_in_s)  # type: ignore[arg-type]
+        body = TokenCreate(
+            name=name or role,
+            role=role,  # type: ignore[arg-type]
+            expires_in_s=expires_in_s,
+            unix_user=unix_user,
+            unix_uid=unix_uid,
+        )
     except ValueError as exc:  # ValidationError included
         if isinstance(exc, ValidationError):
             error = exc.errors()[0]
-            field = {"expires_in_s": "expires-in"}.get(str(error["loc"][0]), error["loc"][0])
+            field = str(error["loc"][0]).replace("_", "-").removesuffix("-s")
             fail(f"--{field}: {error['msg']}")
         fail(f"--expires-in: {exc}")
-    database = _database(_settings(config, db_url=db))
-    typer.echo(create_token(database, body.role, body.name, body.expires_in_s))
+    from interstice.api.auth.unix import token_account
+
+    settings = _settings(config, db_url=db)
+    try:
+        account = token_account(
+            role, unix_user, unix_uid, settings.munge_min_uid, settings.multi_user
+        )
+    except ValueError as exc:
+        field, _, message = str(exc).partition(": ")
+        fail(f"--{field.replace('_', '-')}: {message}")
+    database = _database(settings)
+    typer.echo(create_token(database, body.role, body.name, body.expires_in_s, unix=account))
     database.dispose()
 
 
@@ -154,6 +190,7 @@ def token_list(db: DbOption = None, config: ConfigOption = None) -> None:
             f"{public_id(t.principal.token_id)} name={t.principal.name} role={t.principal.role} "
             f"created={_when(t.created_at)} expires={_when(t.expires_at, 'never')} "
             f"revoked={_when(t.revoked_at, 'no')}"
+            + ("" if t.principal.unix_uid is None else f" unix={t.principal.unix_name}")
         )
     database.dispose()
 

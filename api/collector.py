@@ -3,12 +3,11 @@
 CPython runs a full (generation 2) collection whenever the objects promoted since the last
 one exceed a quarter of the long-lived heap, and a full collection examines every tracked
 object. A service with thousands of parked long-polls promotes every poll's request,
-coroutines and futures (about 200 objects each, alive for the poll's wait), so at 5,000
-agents a full collection ran every 3-9 s and stopped the interpreter for 0.7-1.0 s each
-time (measured with ``gc.callbacks`` under ``bench/agents_load.py --agents 5000``: about one
-million tracked objects, of which each collection freed 20-900): every request in flight, a
-reclaim included, waited for it. Collecting once a minute instead still paused 0.8 s; with
-a freeze every second the longest full collection of a run took 0.14 s.
+coroutines and futures (hundreds of objects each, alive for the poll's wait), so under a
+large agent load a full collection comes every few seconds over about a million objects and
+stops the interpreter for most of a second: every request in flight, a reclaim included,
+waits for it. Collecting less often does not help, since each collection still examines them
+all.
 
 :func:`freezing_every` calls ``gc.freeze()`` every ``interval_s``: the objects alive then
 move to the permanent generation, which collections skip, so a full collection examines only
@@ -17,14 +16,12 @@ reference goes (reference counting is untouched); only reference cycles among th
 the full collection of everything (``gc.unfreeze()``, ``gc.collect()``) that runs every
 :data:`THAW_EVERY_S`.
 
-Within the regime the collector's thresholds are :data:`THRESHOLDS`. With CPython's
-(700, 10, 10), at 5,000 agents and a 10 s heartbeat (about 600 requests/s, each allocating
-hundreds of objects) it ran about 120 young collections a second, and a full one (of what
-was promoted since the last freeze) every 1.5 s: 22.6 s of collection in a 153 s run, 15 % of
-a core, as much as the routes themselves. A young generation of 10,000 objects and no full
-collection between freezes (everything older is frozen within a second anyway) took 8.4 s in
-the next run, and 17.7 s against 27.0 s in a longer pair (``gc.callbacks`` timings, the
-service of ``bench/agents_load.py --agents 5000``).
+Within the regime the collector's thresholds are :data:`THRESHOLDS`. CPython's (700, 10, 10)
+collect the young generation after every few requests at hundreds of requests a second (each
+allocating hundreds of objects), and the routes' short-lived objects rarely outlive one; a
+young generation of 10,000 objects collects them a tenth as often, and no full collection is
+needed between freezes, since everything older is frozen within a second anyway. The
+measurements behind the regime are in docs/design-notes.md ("The service under load").
 """
 
 from __future__ import annotations

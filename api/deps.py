@@ -1,4 +1,5 @@
-"""Dependencies of the routes: the service and bearer-token authentication per role.
+"""Dependencies of the routes: the service and authentication per role (bearer tokens, and
+MUNGE credentials on the routes of the ``user`` role, :mod:`interstice.api.auth.munge`).
 
 Every authenticated route declares its roles twice, and :func:`roles` keeps both in step:
 the dependency (:func:`interstice.api.auth.bearer.require`) refuses other roles (401 without
@@ -79,16 +80,18 @@ def roles(
     ``answers`` (more successful ones)."""
     described = {
         400: "Malformed request body (not JSON or not UTF-8)",
-        401: "Missing, unknown, expired or revoked bearer token",
+        401: "Missing, unknown, expired or revoked bearer token, or a refused MUNGE credential",
         403: "The token's role is not accepted here",
         404: "Unknown id",
         409: "Conflicts with the current state",
+        503: "MUNGE credentials cannot be checked now (munged down on the service host)",
     }
+    munge = (503,) if "user" in accepted else ()
     return {
         "openapi_extra": {"x-roles": list(accepted), **(openapi or {})},
         "responses": {
             code: {"model": ErrorDetail, "description": described[code]}
-            for code in (401, 403, *errors)
+            for code in (401, 403, *errors, *munge)
         }
         | (answers or {}),
     }

@@ -20,6 +20,7 @@ from interstice.api.deps import known_query
 from interstice.api.metrics import Metrics, RequestLatency
 from interstice.api.routes import (
     agents,
+    docs,
     health,
     jobs,
     nodes,
@@ -29,7 +30,9 @@ from interstice.api.routes import (
     stats,
     tokens,
     ui,
+    usage,
 )
+from interstice.api.security_headers import SecurityHeaders
 from interstice.api.service import Service
 from interstice.api.services.state import Conflict, NotFound
 from interstice.api.settings import Settings
@@ -76,16 +79,20 @@ def create_app(settings: Settings | None = None, solver: Solver | None = None) -
         summary="Fills a supercomputer's transient idle nodes with elastic training jobs.",
         lifespan=lifespan,
         dependencies=[Depends(known_query)],
+        docs_url=None,  # served by routes.docs from the package's own copies, not a CDN
+        redoc_url=None,
     )
     app.state.service = service
     app.state.control = control
-    for module in (nodes, jobs, agents, objective, solves, scalability, stats, health, tokens, ui):
+    routers = (nodes, jobs, agents, objective, solves, scalability, stats, usage, health, tokens)
+    for module in (*routers, ui, docs):
         app.include_router(module.router)
     app.mount(ui.STATIC_PATH, ui.static_files(), name="ui-static")
     if settings.agent_fast_path:  # innermost: limited and measured as the routes are
         app.add_middleware(AgentFastPath, service=service)
     app.add_middleware(RequestLatency, metrics=metrics)
     app.add_middleware(limits.BodyLimit)
+    app.add_middleware(SecurityHeaders)
     default_openapi = app.openapi
     app.openapi = lambda: limits.document_too_large(default_openapi())  # type: ignore[method-assign]
 

@@ -1,8 +1,8 @@
 """Prometheus metrics, one :class:`~prometheus_client.CollectorRegistry` per app instance.
 
 Counters and histograms are updated where things happen; the gauges (nodes, jobs, pending
-commands, agents, and the lifetime measures of ``GET /v1/stats``) are read from the
-database at scrape time.
+commands, agents, the lifetime measures of ``GET /v1/stats`` and each user's harvest of
+``GET /v1/usage``) are read from the database at scrape time.
 """
 
 import time
@@ -36,6 +36,12 @@ class Metrics:
             "interstice_pending_commands", "Commands not yet acknowledged", registry=r
         )
         self.agents_alive = Gauge("interstice_agents_alive", "Agents alive", registry=r)
+        self.agents_not_as_owner = Gauge(
+            "interstice_agents_not_running_as_owner",
+            "Alive agents that did not say they run jobs as their owners (older agents, or "
+            "not root): in multi-user mode their nodes are not allocatable",
+            registry=r,
+        )
         self.leader = Gauge(
             "interstice_leader",
             "1 while this process leads (runs the solver and the lease sweep), else 0",
@@ -66,6 +72,12 @@ class Metrics:
             "coverage below the objective's forecast_min_coverage)",
             registry=r,
         )
+        self.stale_forecasts = Gauge(
+            "interstice_stale_forecasts",
+            "Idle nodes whose until has passed: the scheduler's forecast is stale and the "
+            "optimizer reads the node's end as unknown",
+            registry=r,
+        )
         self.agents_lost = Counter(
             "interstice_agents_lost",
             "Agents marked lost: silent for missed_heartbeats_lost heartbeat intervals",
@@ -85,6 +97,19 @@ class Metrics:
             )
         }
         """The measures of ``GET /v1/stats`` over the lifetime, by field name."""
+        self.user_node_seconds = Gauge(
+            "interstice_user_node_seconds",
+            "Node-seconds the user's jobs held idle nodes, over the service's lifetime "
+            "(GET /v1/usage); one series per user with a job",
+            ["user"],
+            registry=r,
+        )
+        self.user_samples = Gauge(
+            "interstice_user_samples",
+            "Samples the user's jobs trained, over the service's lifetime (GET /v1/usage)",
+            ["user"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "interstice_request_seconds",
             "HTTP request latency by route",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+from interstice.api.auth.munge import MungeGate
 from interstice.api.auth.tokens import TokenCache, hash_token
 from interstice.api.control import leases
 from interstice.api.control.acks import AckBatcher
@@ -41,6 +42,12 @@ class Service:
         self.notifier = Notifier()
         self.on_stale: Callable[[], None] = lambda: None
         self.tokens = TokenCache(db)
+        self.munge = (
+            MungeGate(db, settings.munge_socket, settings.munge_min_uid)
+            if settings.auth_munge
+            else None
+        )
+        """The MUNGE check of user requests; None: MUNGE credentials are refused."""
         self.leases = leases.Leases()
         self.acks = AckBatcher(self)
         """Command acknowledgements, written in batches (started with the event loop)."""

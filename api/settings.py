@@ -58,6 +58,19 @@ class Settings(BaseSettings):
         agent_fast_path: a quiet agent's poll, long-poll and heartbeat are answered without
             FastAPI's routing and dependency solving (:mod:`interstice.api.agent_fast_path`,
             same answers); false sends them through FastAPI as every other request.
+        auth_munge: user routes also accept ``Authorization: MUNGE <credential>``, decoded by
+            this host's munged (:mod:`interstice.api.auth.munge`); start-up fails when munged
+            does not answer. Off: tokens only.
+        munge_socket: munged's socket; None: munged's default
+            (``/run/munge/munge.socket.2``).
+        munge_min_uid: lowest uid that may own jobs (a MUNGE caller's, a bound token's); uid
+            0 never may. Accounts below it are the system's (the service's, slurm's).
+        multi_user: every job has a Unix owner and runs as it: a user token must be bound to
+            a Unix account, a job's directory is ``<checkpoint_root>/<owner>/<job_id>`` and is
+            created by the owner's processes on the nodes, never by the service, and the
+            service reads a job's logs only through files its owner owns. Off (single-user
+            mode): jobs run as the agent's account and the service creates
+            ``<checkpoint_root>/<job_id>``.
     """
 
     model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
@@ -80,6 +93,10 @@ class Settings(BaseSettings):
     bootstrap_admin_token: SecretStr | None = None
     log_level: str = "info"
     agent_fast_path: bool = True
+    auth_munge: bool = False
+    munge_socket: Path | None = None
+    munge_min_uid: int = Field(default=1000, ge=1, le=2**32 - 2)
+    multi_user: bool = False
 
     @field_validator("db_url")
     @classmethod

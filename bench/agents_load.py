@@ -35,8 +35,8 @@ Real agents are separate processes on separate nodes; here they share this machi
 service, so the latencies include the simulated agents' own event-loop lag
 (``client_loop_lag_*``) and the scheduler's POST its own wait for the service's event loop
 (``event_post_p99_s`` against ``event_post_served_p99_le_s``). ``--client-processes`` splits
-the agents over more event loops; on 2 cores that starves the service (measured: two
-processes took 1.01 of a core together against 0.86 for one, and reclaim p99 rose to 6.2 s).
+the agents over more event loops; on 2 cores that starves the service, since two processes
+take more of a core together than one does.
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1.
@@ -117,9 +117,9 @@ class Answer:
 class AgentClient:
     """A simulated agent's HTTP client: httpcore's connection pool (httpx's own transport) with
     httpx's headers, without httpx's request and response models, which cost the load
-    generator 1.4-1.5 ms of CPU a request on this VM against 0.8-0.9 ms (measured on
-    2026-11-28 against this service): at 10,000 agents the one event loop of the simulated
-    agents was 0.85 of a core busy and woke up to 1 s late, which every latency includes.
+    generator over half again as much CPU a request: at 10,000 agents they keep the
+    simulated agents' one event loop busy enough to wake late, and every latency includes
+    that lag.
 
     Args:
         url: the service's base URL.

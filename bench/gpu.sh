@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, in one run of about 5 minutes, for a session lent a GPU machine
-# (docs/development.md#a-gpu-machine): issue 25's elastic-loop overhead against plain DDP on
-# the issue's three models, with the plain loop also reading loss.item() and as an A/A run;
+# (docs/development.md#a-gpu-machine): the elastic loop's overhead against plain DDP on
+# three models, with the plain loop also reading loss.item() and as an A/A run;
 # the CUDA host-sync test; the digits example on the GPU. The machine is offline and has
 # torch: interstice is installed without its dependencies, which these checks do not import.
 #

@@ -1,6 +1,6 @@
 """Benchmark of reading a scalability table: ``ScalabilityTable.from_csv`` (parse and the
 checks of every row) and the per-model curves the first solve builds, for tables of
-``models`` x ``rows`` (node counts 1..rows, depth 0), the sizes of issue 24's report.
+``models`` x ``rows`` (node counts 1..rows, depth 0), of the sizes ``--sizes`` names.
 
 Prints JSON lines ``{"models", "rows", "csv_bytes", "parse_s", "curves_s"}`` (wall-clock
 seconds, best of ``--repeats``), after ``{"cpus", "load1_at_start"}`` (the machine may be

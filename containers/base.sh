@@ -8,9 +8,10 @@
 # apt, so that images built on it can apt-get install more) from this machine's own apt sources
 # (/etc/apt/sources.list.d/*.sources, else /etc/apt/sources.list), with python3 3.11 and
 # python3-venv (its ensurepip brings pip into a venv: Debian's system Python is externally
-# managed), ca-certificates, and passwd (useradd). The machine's local CAs
-# (/usr/local/share/ca-certificates, e.g. a TLS-inspecting proxy's) are trusted in it too, so
-# that pip in an image build reaches PyPI as the host does. The tarball is imported with
+# managed), ca-certificates, passwd (useradd), and munge (munge and unmunge, which the service
+# runs in multi-user mode against the host's munged, its socket mounted in). The machine's
+# local CAs (/usr/local/share/ca-certificates, e.g. a TLS-inspecting proxy's) are trusted in
+# it too, so that pip in an image build reaches PyPI as the host does. The tarball is imported with
 # `podman import`. Nothing happens where the image exists already (remove it to rebuild:
 # podman rmi IMAGE). The Dockerfile takes it as --build-arg BASE=IMAGE.
 set -euo pipefail
@@ -44,7 +45,7 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
 fi
 
 echo "base.sh: mmdebstrap bookworm from ${sources[*]}"
-mmdebstrap --variant=apt --include=python3,python3-venv,ca-certificates,passwd \
+mmdebstrap --variant=apt --include=python3,python3-venv,ca-certificates,passwd,munge \
     --aptopt='Acquire::Retries "3"' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     "${hooks[@]}" bookworm "$work/root.tar" "${sources[@]}"

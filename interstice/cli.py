@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import typer
 
-from interstice import client_cli, solve_cli
+from interstice import client_cli, solve_cli, trace_cli, usage_cli
 from interstice.agents import cli as agents_cli
 from interstice.agents.slurm import cli as slurm_cli
 from interstice.api import cli as api_cli
@@ -53,6 +53,7 @@ def main(
 
 app.command("solve")(solve_cli.solve)
 app.command("replay")(replay_cli.replay)
+app.add_typer(trace_cli.trace_app, name="trace")
 app.command("serve")(api_cli.serve)
 app.add_typer(api_cli.token_app, name="token")
 app.add_typer(api_cli.db_app, name="db")
@@ -60,4 +61,5 @@ app.command("agent")(agents_cli.agent)
 app.add_typer(slurm_cli.slurm_app, name="slurm")
 app.command("profile")(models_cli.profile)
 app.add_typer(client_cli.job_app, name="job")
+app.command("usage")(usage_cli.usage)
 app.command("demo")(demo_cli.demo)

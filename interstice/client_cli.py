@@ -7,6 +7,10 @@ else ``~/.config/interstice/client.toml``) with the keys ``server`` and ``token`
 file holding a token must be readable by its owner alone (``chmod 600``), as ssh requires of
 a private key; otherwise it is refused.
 
+Without a token, on a host with munged (a login node of a cluster that runs MUNGE), every
+request carries a fresh MUNGE credential of the caller's uid instead (:mod:`interstice.munge`;
+munged's socket from ``INTERSTICE_MUNGE_SOCKET``, else its default).
+
 Exit codes: 0 success; 2 bad input (a bad flag, job file or config, or an HTTP 4xx answer:
 one line with the service's detail); 1 the service is unreachable or answered 5xx, or
 ``wait`` saw the job fail or be cancelled; 124 ``wait`` timed out.
@@ -34,6 +38,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from interstice import munge
 from interstice.errors import fail
 
 job_app = typer.Typer(
@@ -59,7 +64,10 @@ ServerOption = Annotated[
 ]
 TokenOption = Annotated[
     str | None,
-    typer.Option("--token", help=f"User bearer token (else ${ENV_TOKEN}, the config file)."),
+    typer.Option(
+        "--token",
+        help=f"User bearer token (else ${ENV_TOKEN}, the config file; none: MUNGE).",
+    ),
 ]
 JobIdArgument = Annotated[str, typer.Argument(help="Job id, e.g. j-3.")]
 
@@ -100,18 +108,22 @@ def read_config(path: Path) -> dict[str, str]:
     return document
 
 
-def resolve(server: str | None, token: str | None) -> tuple[str, str]:
-    """The server URL and token: flag, else environment, else config file.
+def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
+    """The server URL and token: flag, else environment, else config file; the token is
+    None when there is none but the ``munge`` command is installed (MUNGE credentials).
 
     Raises:
-        typer.Exit: (code 2) no token anywhere, or a bad config file.
+        typer.Exit: (code 2) no token anywhere and no munge, or a bad config file.
     """
     config = read_config(config_path()) if not (server and token) else {}
     server = server or os.environ.get(ENV_SERVER) or config.get("server") or DEFAULT_SERVER
     token = token or os.environ.get(ENV_TOKEN) or config.get("token")
-    if not token:
-        fail(f"no token: give --token, set ${ENV_TOKEN} or put token in {config_path()}")
-    return server.rstrip("/"), token
+    if not token and not munge.available():
+        fail(
+            f"no token and no MUNGE on this host: give --token, set ${ENV_TOKEN}, put token "
+            f"in {config_path()}, or run on a host with munged (the munge command)"
+        )
+    return server.rstrip("/"), token or None
 
 
 def detail_of(response: httpx.Response) -> str:
@@ -134,14 +146,18 @@ class Client:
 
     Args:
         server: base URL, e.g. ``http://127.0.0.1:8000``.
-        token: the user's bearer token.
+        token: the user's bearer token; None: a MUNGE credential per request.
     """
 
-    def __init__(self, server: str, token: str) -> None:
+    def __init__(self, server: str, token: str | None) -> None:
         self.server = server
-        self._http = httpx.Client(
-            base_url=server, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
-        )
+        auth: httpx.Auth | None = None
+        headers = {}
+        if token is None:
+            auth = munge.MungeAuth(munge.socket_from_env())
+        else:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=server, headers=headers, auth=auth, timeout=30.0)
 
     def call(self, method: str, path: str, missing_ok: bool = False, **kwargs: Any) -> Any:
         """One request; the decoded JSON answer (None for a 404 when ``missing_ok``).
@@ -154,6 +170,8 @@ class Client:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             unreachable(f"cannot reach the service at {self.server}: {exc}")
+        except munge.MungeUnavailable as exc:
+            fail(f"no token, and MUNGE cannot make a credential here: {exc}")
         if response.status_code == 404 and missing_ok:
             return None
         if 400 <= response.status_code < 500:

@@ -30,6 +30,11 @@ PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 
 TokenRole = Literal["scheduler", "agent", "user", "admin"]
 TOKEN_ROLES: tuple[str, ...] = get_args(TokenRole)
+MUNGE_SCHEME = "MUNGE"
+"""The ``Authorization`` scheme of a MUNGE credential (``Authorization: MUNGE <credential>``),
+which user requests carry instead of a bearer token."""
+ENV_MUNGE_SOCKET = "INTERSTICE_MUNGE_SOCKET"
+"""munged's socket when it is not munged's default, for the client and the service alike."""
 
 WORKER_ROLE = "trainer"  # torch elastic's role name of every worker of a job
 

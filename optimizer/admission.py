@@ -15,7 +15,10 @@ its ``max_nodes``.
 Why: a fixed count of active jobs either leaves idle nodes no admitted job can take (few
 jobs, each capped) or hands the solver jobs it cannot give a node (many); admitting until
 the admitted jobs could fill the pool gives the optimizer every node and as few jobs as
-that needs; the rest wait in order. The last job admitted is the one whose usable nodes
+that needs; the rest wait in order. Queue order is fair between users
+(:func:`fair_order`): a user's next queued job comes after every other user's whose count of
+admitted jobs is lower, so a user with many queued jobs cannot keep another's single job out
+of the optimizer's view. The last job admitted is the one whose usable nodes
 take the sum to or over the idle count. Counting a job at its efficient size rather than its
 ``max_nodes`` admits enough jobs that no node has to go to a job past the knee of its
 curve: on the eight 48-hour Summit windows of ``bench/replay_windows.py`` it raised
@@ -24,6 +27,7 @@ harvest (docs/engine.md, "Admission by capacity").
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -77,6 +81,51 @@ def usable_nodes(
         return 0
     largest = min(max_nodes, table.max_nodes(model))
     return max(min_nodes, min(largest, table.efficient_nodes(model, min_efficiency)))
+
+
+def fair_order(queued_users: Sequence[str | None], active_users: Sequence[str | None]) -> list[int]:
+    """The queue in fair-share order: repeatedly the next job of the user with the fewest
+    admitted jobs so far (the active ones, then those ordered before it), ties by queue
+    position, each user's jobs in their own queue order. A job with user ``None`` is a user
+    of its own, so with no users the order is the queue's.
+
+    Round-robin between users by service received, the job-count form of Slurm's fair-share
+    factor (a user's priority falls with its usage) and of max-min fairness (Bertsekas &
+    Gallager, "Data Networks", 1992, 6.5.2).
+
+    Args:
+        queued_users: each queued job's user, in queue order.
+        active_users: each admitted job's user.
+
+    Returns:
+        Indices into ``queued_users``, in the order to admit.
+
+    Examples:
+        >>> fair_order(["a", "a", "a", "b"], [])
+        [0, 3, 1, 2]
+        >>> fair_order(["a", "a", "b"], ["b", "b"])
+        [0, 1, 2]
+        >>> fair_order([None, None], [])
+        [0, 1]
+    """
+    served: dict[str, int] = {}
+    for user in active_users:
+        if user is not None:
+            served[user] = served.get(user, 0) + 1
+    waiting: dict[object, list[int]] = {}
+    for i, user in enumerate(queued_users):
+        waiting.setdefault(("job", i) if user is None else user, []).append(i)
+    heap = [(served.get(user, 0), jobs[0], user) for user, jobs in waiting.items()]
+    heapq.heapify(heap)
+    order: list[int] = []
+    taken = dict.fromkeys(waiting, 0)
+    while heap:
+        count, first, user = heapq.heappop(heap)
+        order.append(first)
+        taken[user] += 1
+        if taken[user] < len(waiting[user]):
+            heapq.heappush(heap, (count + 1, waiting[user][taken[user]], user))
+    return order
 
 
 def admit(

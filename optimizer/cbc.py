@@ -37,7 +37,14 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
     """
     model = pulp.LpProblem("interstice_allocation", pulp.LpMaximize)
     z = [model.add_variable(name, cat=pulp.LpBinary) for name in options.names()]
-    model.setObjective(pulp.LpAffineExpression(zip(z, options.value.tolist(), strict=True)))
+    # In units of the largest |coefficient|: CBC's tolerances are absolute, so values all
+    # near 0 (a tiny throughput weight) would otherwise all look alike to it.
+    users = options.users
+    tables = [users.table(u) for u in range(len(users.jobs))] if users is not None else []
+    top = max([float(np.abs(options.value).max()) if len(options.value) else 0.0]
+              + [float(table[-1]) for table in tables]) or 1.0  # fmt: skip
+    value = (options.value / top).tolist()
+    model.setObjective(pulp.LpAffineExpression(zip(z, value, strict=True)))
     starts = options.start.tolist()
     for j, (lo, hi) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
         one = pulp.LpAffineExpression([(v, 1) for v in z[lo:hi]])
@@ -52,7 +59,38 @@ def build(options: Options, capacity: int) -> tuple[pulp.LpProblem, list[pulp.Lp
                 model.addConstraint(
                     pulp.LpConstraint(needs, pulp.LpConstraintLE, f"class_{t}", int(free))
                 )
+    if options.users is not None:
+        model.setObjective(model.objective + _user_shares(model, options, z, tables, top))
     return model, z
+
+
+def _user_shares(
+    model: pulp.LpProblem,
+    options: Options,
+    z: list[pulp.LpVariable],
+    tables: list[np.ndarray],
+    top: float,
+) -> pulp.LpAffineExpression:
+    """Variables N_u, f_u and constraints (4)-(5), f_u in units of ``top`` as the
+    objective's other coefficients (``tables``: each user's f_u at N_u = 0..M_u); returns
+    sum_u f_u, the objective's part."""
+    shares = []
+    for u, jobs in enumerate(options.users.jobs):
+        mine = np.flatnonzero(np.isin(options.job, jobs)).tolist()
+        nodes = model.add_variable(f"N_{u}", lowBound=0)
+        table = tables[u] / top
+        share = model.add_variable(f"f_{u}", lowBound=0, upBound=float(table[-1]))
+        used = pulp.LpAffineExpression([(z[i], int(options.count[i])) for i in mine])
+        used.addterm(nodes, -1)
+        model.addConstraint(pulp.LpConstraint(used, pulp.LpConstraintEQ, f"nodes_{u}", 0))  # (4)
+        for k, (low, high) in enumerate(zip(table[:-1].tolist(), table[1:].tolist(), strict=True)):
+            # (5): f_u - (high - low) N_u <= low - k (high - low)
+            secant = pulp.LpAffineExpression([(share, 1), (nodes, low - high)])
+            rhs = low - k * (high - low)
+            cut = pulp.LpConstraint(secant, pulp.LpConstraintLE, f"share_{u}_{k}", rhs)
+            model.addConstraint(cut)
+        shares.append((share, 1))
+    return pulp.LpAffineExpression(shares)
 
 
 def run(

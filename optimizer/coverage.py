@@ -4,23 +4,18 @@ whether the allocator uses the forecasts at all.
 A forecast (a node event's ``until``) tells the model when one node leaves; a node without
 one counts as staying through the horizon. Where the scheduler forecasts only part of the
 holes, that is wrong for the unforecast ones that leave soon, and the model, told the short
-lives of some nodes and not of others, does worse than told nothing. In the replay of the
-four 192-node windows (docs/benchmarks.md, "Forecast coverage"), against no forecasts, where
-a reclaim costs what a shrink does: half of the ends known cost 0.09-0.46 points of
-efficiency and 0.24-0.58 of harvest, three quarters 0.06-0.36 and 0.23-0.42, 90 % at most
-0.12, every end known at most 0.26; where a reclaim loses 60 s more than a shrink, 90 %
-known gained 1.0 point of efficiency and 1.7 of harvest, every end 2.1-2.3 of efficiency,
-while 75 % lost 0.3 of efficiency. So a solve uses the forecasts only while the measured
-coverage, the share of the last :data:`COVERAGE_HOLES` holes that ended (a node idle, then
-reclaimed) whose end had been forecast, is at least ``Problem.forecast_min_coverage``. With
-fewer than :data:`MIN_COVERAGE_HOLES` ended holes it is unknown, and the service and the
-replay tell the solve the share of the idle nodes that have a forecast instead
-(:func:`solve_coverage`): each is a hole whose end is forecast or not, as an ended one was.
-Using the forecasts while the coverage was unknown had cost the replay's s4 window 0.12-0.28
-points of harvest at 25-75 % of the ends known; not using them had cost ``exact`` with dear
-reclaims 0.06-0.22 points of efficiency; the idle nodes' share keeps the gain and not the
-loss (docs/benchmarks.md, "Forecast coverage"). A ``Problem`` built with no coverage at all
-(``None``, e.g. ``interstice solve`` on a snapshot) uses its forecasts.
+lives of some nodes and not of others, does worse than told nothing. Forecasts pay where most
+ends are known, most where a reclaim costs a job more than a shrink (docs/benchmarks.md,
+"Idle-hole forecasts"). So a solve uses the forecasts only while the measured coverage, the
+share of the last :data:`COVERAGE_HOLES` holes that ended (a node idle, then reclaimed) whose
+end had been forecast, is at least ``Problem.forecast_min_coverage``. With fewer than
+:data:`MIN_COVERAGE_HOLES` ended holes it is unknown, and the service and the replay tell the
+solve the share of the idle nodes that have a forecast instead (:func:`solve_coverage`): each
+is a hole whose end is forecast or not, as an ended one was. That share avoids the cost of
+either fixed answer: using every forecast while the coverage is unknown loses harvest where
+few ends are known, and using none loses efficiency where every end is known and reclaims
+are dear. A ``Problem`` built with no coverage at all (``None``, e.g. ``interstice solve`` on
+a snapshot) uses its forecasts.
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sized
 from itertools import islice
 
 FORECAST_MIN_COVERAGE = 0.9
-"""Default ``Problem.forecast_min_coverage``: in the replay forecasts paid from 90 % of the
-ends known and cost efficiency from 75 % down (module docstring)."""
+"""Default ``Problem.forecast_min_coverage``: the share of known ends from which forecasts
+pay in the replay; at three quarters known they cost efficiency."""
 
 COVERAGE_HOLES = 200
 """The ended holes the coverage is measured over, the newest: at a true coverage of 0.75 the

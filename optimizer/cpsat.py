@@ -8,6 +8,8 @@ optimum (its objective is recomputed from the unscaled values).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from interstice.optimizer.answer import BackendAnswer
 from interstice.optimizer.formulation import Options
@@ -45,7 +47,8 @@ def build(options: Options, capacity: int) -> cp_model.CpModel:
         capacity: number of idle nodes N.
 
     Returns:
-        The model; its variable i is the binary z of option i (named ``z_{j}_{n}_{d}``).
+        The model; its variable i is the binary z of option i (named ``z_{j}_{n}_{d}``),
+        followed by N_u and f_u of constraints (4)-(5) where users share (d).
     """
     model = cp_model.CpModel()
     proto = model.proto
@@ -68,12 +71,32 @@ def build(options: Options, capacity: int) -> cp_model.CpModel:
                 needs.vars.extend(nonzero.tolist())
                 needs.coeffs.extend(column[nonzero].tolist())
                 needs.domain.extend((int(np.minimum(column, 0).sum()), int(free)))
-    top = float(np.abs(options.value).max()) if len(options.value) else 0.0
-    scale = SCALE_TOP / top if top > 0 else 1.0
+    users = options.users
+    tables = [users.table(u) for u in range(len(users.jobs))] if users is not None else []
+    top = max([float(np.abs(options.value).max()) if len(options.value) else 0.0]
+              + [float(table[-1]) for table in tables])  # fmt: skip
+    top = top if top > 0 else 1.0
+
+    def scale(values: np.ndarray) -> np.ndarray:
+        # divided by top first: SCALE_TOP / top overflows where every |v| is below ~1e-300
+        return np.rint(values / top * SCALE_TOP).astype(np.int64)
+
     # CP-SAT minimizes: maximize sum(c z) as minimize sum(-c z), reported times -1.
     proto.objective.vars.extend(range(len(options.value)))
-    proto.objective.coeffs.extend((-np.rint(options.value * scale)).astype(np.int64).tolist())
+    proto.objective.coeffs.extend((-scale(options.value)).tolist())
     proto.objective.scaling_factor = -1.0
+    for u, table in enumerate(tables):
+        mine = np.flatnonzero(np.isin(options.job, users.jobs[u]))
+        scaled = scale(table).tolist()
+        nodes = model.new_int_var(0, len(scaled) - 1, f"N_{u}")
+        share = model.new_int_var(0, scaled[-1], f"f_{u}")
+        used = proto.constraints.add().linear  # (4)
+        used.vars.extend([*mine.tolist(), nodes.index])
+        used.coeffs.extend([*options.count[mine].tolist(), -1])
+        used.domain.extend((0, 0))
+        model.add_element(nodes, scaled, share)  # (5), exact at every integer N_u
+        proto.objective.vars.append(share.index)
+        proto.objective.coeffs.append(-1)
     return model
 
 
@@ -125,4 +148,7 @@ def solve(
     on = np.zeros(len(options.count), dtype=np.int64)
     on[hint] = 1
     model.proto.solution_hint.values.extend(on.tolist())
-    return run(model, time_limit_s, relative_gap)
+    answer = run(model, time_limit_s, relative_gap)
+    if answer.values is None:
+        return answer
+    return replace(answer, values=answer.values[: len(options.count)])  # the z only

@@ -117,6 +117,7 @@ def score_forecast_options(
     life_s: np.ndarray,
     keep_class: np.ndarray,
     tilt: float = 1.0,
+    own_share: bool = True,
 ) -> OptionScores:
     """Score ``job`` on each count, depth and level of its new nodes, with forecast lives.
 
@@ -134,6 +135,8 @@ def score_forecast_options(
         keep_class: the classes (1..K+1) of the job's held nodes in the order it keeps them,
             shape (h,): at count n <= h it keeps the first n.
         tilt: the completion tilt of (i), in (0, 1].
+        own_share: whether (d) counts on this job's nodes alone
+            (:func:`interstice.optimizer.objective.score_options`).
 
     Returns:
         Arrays of shape (D, C, K + 1); the last axis is the level L = 1..K+1 of the new
@@ -187,6 +190,7 @@ def score_forecast_options(
         weights,
         horizon_s,
         tilt,
+        own_share,
     )
     # The guaranteed value: level L is worth what the worst level in L..K+1 earns (ties:
     # the lowest such level, whose goodput is reported).

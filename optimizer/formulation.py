@@ -67,6 +67,16 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
     (d) fairness: + w_f * u_j * log2(1 + n), a concave share term (proportional fairness,
         with log2(1 + n) so that n = 0 is defined; one node is worth u_j, three nodes 2 u_j):
         in samples, comparable with goodput; its diminishing returns spread nodes over jobs.
+        The share is the user's, not the job's (``Job.user``; a job without one is a user of
+        its own, and then (d) is this term of its options): the jobs J_u of a user u with
+        two or more share one term w_f * ū_u * log2(1 + N_u), N_u = sum_{j in J_u} n_j,
+        ū_u = the mean over J_u of u_j k_j q_j ** w_p / s_j (what one node over the horizon
+        is worth to each, in objective units), outside the v_j (variables f_u, constraints
+        (4)-(5)). So a user's weight in the share does not grow with its number of jobs:
+        with per-job shares a user with 50 queued jobs holds 50 terms against another's one
+        (Kelly, Maulloo & Tan, "Rate control for communication networks: shadow prices,
+        proportional fairness and stability", J. Oper. Res. Soc. 49, 1998: proportional
+        fairness between the users, maximising sum_u log of each user's share).
     (e) churn: - w_c * u_j if the option is a rescale (n != h_j, or n > 0 and d != e_j;
         stopping a running job counts): w_c = 0.1 prices a rescale at a tenth of one node's
         work over the horizon, on top of the seconds lost in (b).
@@ -87,16 +97,14 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         the same rate on them (the jobs share a scalability table); beta < 1 discounts the
         successor's rescale_up_s and the chance that no job wants them. With (a)'s cap alone
         (beta = 0) a job that can finish within H values no node beyond the fewest that
-        finish it: at H = 300 s 41 % of the idle node time stayed unused and nearly
-        finished jobs waited for hours; BFTrainer's MILP has no cap (beta = 1). With the
+        finish it, so idle node time stays unused and nearly finished jobs wait; BFTrainer's
+        MILP has no cap (beta = 1). With the
         term, (i) a node goes first to a job that turns it into goodput within the horizon
         when that job's marginal samples/s is above beta times the finishing job's;
         (ii) a finishable job still takes more nodes, so it finishes sooner, whenever its
-        rate grows with the count and a grow's rescale_up_s pays back. beta was chosen by
-        the 24 h replay (docs/benchmarks.md): goodput in 1e10 samples at H = 60 / 300 s /
-        auto, CP-SAT:
-        beta = 0: 2.01 / 1.47 / 0.91; 0.01: 2.11 / 2.06 / 2.04; 0.5: 2.12 / 2.10 / 2.08;
-        0.9: 2.12 / 2.12 / 2.10; 1: 2.11 / 2.12 / 2.10.
+        rate grows with the count and a grow's rescale_up_s pays back. The default beta
+        (0.9) and the replays that chose it are in docs/design-notes.md ("The early-finish
+        term").
     (h) forecast schedule (with forecasts, K > 0): the samples j trains within the horizon,
         replacing r_j(n, d) p_j(d) max(0, H - c_j(n, d)) in (a) and (g). Its kept held
         nodes leave at their classes' lives, its new nodes at tau_L; n_e is its count after
@@ -131,16 +139,11 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
         shortest-remaining-first, which minimises the mean completion time (Schrage, "A
         proof of the optimality of the shortest remaining processing time discipline",
         Oper. Res. 16(3), 1968). The ratio k_j / k_i = exp(-(t_j - t_i) / tau) of two jobs
-        is the same at every solve, so the term moves no node between solves by itself. A
-        weight by remaining work, (R_0 / R_j) ** a, changes at every solve, and the MILP
-        re-balanced the nodes at each: on window a1 of ``bench/replay_windows.py`` a = 0.25
-        cut the mean JCT by 1.3 % but efficiency fell from 0.973 to 0.944 (grow loss 1.3 %
-        -> 4.1 %). tau = 100,000 s (the default: a job
-        submitted an hour later weighs 3.5 % less), on the all-node windows where every job
-        finishes: mean JCT a1 14.70 -> 14.21 h, a2 21.63 -> 20.68 h, a3 16.61 -> 16.10 h, with
-        harvest equal and efficiency within 0.001; the greedy scores the same options and
-        went 14.29 -> 14.03, 21.20 -> 20.47, 16.35 -> 15.89 h. On the 192-node windows the
-        harvest moved by -0.0007 to +0.0021 (docs/benchmarks.md, "The completion term").
+        is the same at every solve, so the term moves no node between solves by itself; a
+        weight by remaining work, (R_0 / R_j) ** a, would change at every solve and make the
+        MILP re-balance the nodes at each. The default tau = 100,000 s weighs a job
+        submitted an hour later 3.5 % less; its effect on the replay's JCT, harvest and
+        efficiency is in docs/benchmarks.md ("The completion term").
     v_j(n, d) = k_j q_j ** w_p / s_j * (w_t * (g_j(n, d) + (g)) + (d) + (e)).
     The defaults (w_t = 1, w_f = w_c = 0, w_p = 1, beta = 0.9, q_j = 1, s_j = rho_j,
     tau = 100,000 s) give goodput plus (g) in dedicated node-seconds, tilted toward the
@@ -150,9 +153,11 @@ Coefficients: v_j(n, d), the objective's value of option (n, d) (``objective.py`
 Variables:
     z_{j}_{n}_{d} in {0, 1}: job j runs on n nodes at depth d (z_{j}_{0}_{e_j}: none); with
     forecasts z_{j}_{n}_{d}_{L}: and its new nodes are of level L.
+    N_{u} >= 0, f_{u} >= 0, per user u with two or more jobs (only when w_f > 0): its nodes,
+    and its share term (d), objective units.
 
 Objective:
-    maximize sum_j sum_{(n, d) in O_j} v_j(n, d) * z_{j}_{n}_{d}
+    maximize sum_j sum_{(n, d) in O_j} v_j(n, d) * z_{j}_{n}_{d} + sum_u f_{u}
 
 Constraints:
     (1) each job takes exactly one option: sum_{(n, d) in O_j} z_{j}_{n}_{d} = 1, for all j.
@@ -161,6 +166,19 @@ Constraints:
         sum_j sum_{o in O_j} a_o(t) z_o <= F_t, a_o(t) = g_o [L_o >= t] - rho_j(n_o, t):
         the growing jobs that need nodes of class >= t take no more than are free (never
         held, or released by shrinking jobs). (2) is the same inequality at t = 1.
+    (4) a user's nodes: N_u = sum_{j in J_u} sum_{o in O_j} n_o z_o, for each u.
+    (5) a user's share, secants of log2(1 + N) between consecutive integers:
+        f_u <= w_f ū_u (log2(1 + k) + (N_u - k) (log2(2 + k) - log2(1 + k))), k = 0..M_u - 1,
+        M_u = min(N, sum_{j in J_u} max count of j). log2(1 + N) is concave, so the least of
+        these lines at an integer N_u is log2(1 + N_u) itself, and the maximisation drives
+        f_u up to it: the term is exact (CP-SAT states (5) as an element constraint,
+        f_u = the table of w_f ū_u log2(1 + k) at index N_u, in its integer scale).
+    With users of several jobs the objective is no longer a sum of per-job terms, so the
+    greedy's LP shortcut is skipped, and reduction (iii) below runs on the values plus each
+    user's share along its secant at the incumbent's N_u (``UserShares.secants``): a
+    separable upper bound, exact at the incumbent, so what it drops cannot beat the
+    incumbent. The backend then solves (1)-(5) over the options kept, from the incumbent:
+    the better of the greedy on the values and the greedy on the values plus those secants.
 
 Every solution of (1)-(2) maps to node names with nothing migrating
 (:mod:`interstice.optimizer.placement`): a job keeps min(n_j, h_j) of its nodes, and the
@@ -182,7 +200,9 @@ Exact reductions (they change no optimum):
         at least as much (it needs fewer new nodes, from more classes, and releases at
         least as many: (3) keeps); and level L is not offered to j unless some idle node
         of class L is not j's and its g new nodes fit in those of class >= L not j's. At
-        most (1 + max count) (K + 1) binaries per job.
+        most (1 + max count) (K + 1) binaries per job. For the jobs of a user with several
+        (constraints (4)-(5)) an option is dropped only for one with as many nodes: more
+        nodes raise the user's share f_u, which the values v_j do not hold.
     (iii) bound reduction (reduced-cost fixing on the Lagrangian relaxation of (2); Nemhauser
         & Wolsey, "Integer and Combinatorial Optimization", 1988, II.6; the core of Pisinger's
         "A minimal algorithm for the multiple-choice knapsack problem", EJOR 83, 1995): for
@@ -227,7 +247,7 @@ the 382 captured solves that took over 0.1 s at K = 6, p50 / p90 / p99 with a 2 
 Over whole replays the coarser valuation decides better where ends are partly known and late
 (P = F = 0.5: 0.3-0.7 points more efficiency than K = 6 on each 192-node window) and slightly
 worse where they are exact (harvest 0.14-0.17 points lower), or where a reclaim costs more
-than a shrink (docs/benchmarks.md, "One class of short-lived nodes"), where
+than a shrink (docs/history.md, "One class of short-lived nodes"), where
 ``forecast_classes`` 6 may be worth its solve time.
 """
 
@@ -242,13 +262,69 @@ from interstice.optimizer.problem import Problem
 
 
 @dataclass(frozen=True)
+class UserShares:
+    """The users whose jobs share the fairness term (d): variables N_u, f_u and constraints
+    (4)-(5) of the module docstring.
+
+    Attributes:
+        jobs: per user u, shape (|J_u|,), its jobs' indices in ``Problem.jobs``.
+        unit: shape (U,), w_f ū_u, objective units per unit of log2(1 + N_u), each > 0.
+        top: shape (U,), M_u, the most nodes the user's jobs can take together.
+    """
+
+    jobs: tuple[np.ndarray, ...]
+    unit: np.ndarray
+    top: np.ndarray
+
+    def value(self, counts: np.ndarray) -> float:
+        """sum_u w_f ū_u log2(1 + N_u) for ``counts``, nodes per job (shape (jobs,))."""
+        totals = np.array([counts[jobs].sum() for jobs in self.jobs], dtype=float)
+        return float(self.unit @ np.log2(1.0 + totals))
+
+    def secants(self, options: Options, counts: np.ndarray) -> np.ndarray:
+        """Per option of ``options``, what its nodes add to its user's share along the
+        secant of log2(1 + N) between N*_u and N*_u + 1, N*_u the user's nodes at
+        ``counts`` (nodes per job): w_f ū_u (log2(2 + N*_u) - log2(1 + N*_u)) n, 0 for the
+        jobs of no such user. Shape (k,). The secant lies on or above log2(1 + N) at every
+        integer N (concavity) and on it at N*_u, so these values plus a constant bound
+        every answer's objective from above and equal it at ``counts``: reduction (iii)
+        on them is exact (module docstring)."""
+        slope = np.zeros(len(options.job))
+        for u, jobs in enumerate(self.jobs):
+            nodes = counts[jobs].sum()
+            mine = np.isin(options.job, jobs)
+            step = np.log2(2.0 + nodes) - np.log2(1.0 + nodes)
+            slope[mine] = self.unit[u] * step * options.count[mine]
+        return slope
+
+    def table(self, u: int) -> np.ndarray:
+        """w_f ū_u log2(1 + k) for k = 0..M_u, shape (M_u + 1,): f_u at each N_u."""
+        return self.unit[u] * np.log2(1.0 + np.arange(int(self.top[u]) + 1))
+
+
+def user_shares(problem: Problem, count: np.ndarray, start: np.ndarray) -> UserShares | None:
+    """The users of ``problem`` whose jobs share (d), with M_u from the options' counts
+    (``count``, ``start`` as in :class:`Options`); ``None`` when w_f = 0 or no user has
+    two jobs."""
+    units = problem.user_units
+    keep = [u for u, unit in enumerate(units) if unit > 0]
+    if not keep:
+        return None
+    largest = np.maximum.reduceat(count, start[:-1])
+    jobs = tuple(np.array(problem.user_jobs[u]) for u in keep)
+    top = np.array([min(len(problem.idle_nodes), int(largest[j].sum())) for j in jobs])
+    return UserShares(jobs=jobs, unit=units[keep], top=top)
+
+
+@dataclass(frozen=True)
 class Options:
     """Every job's kept options, flattened, in job order; job j's are ``start[j]:start[j+1]``.
 
     Each job's first option is its zero option (0 nodes, current depth). Without forecasts
     counts and values strictly increase after it; with forecasts the options run by count,
     then level, and each is worth more than every option of its job with no more nodes and
-    no higher level (reduction (ii)). Arrays have shape (k,) with k the number of options.
+    no higher level (reduction (ii)). The jobs of users with several (``users``) keep every
+    count, by count (and level). Arrays have shape (k,) with k the number of options.
 
     Attributes:
         job: index of the option's job in ``Problem.jobs``.
@@ -264,6 +340,8 @@ class Options:
         demand: with forecasts, shape (k, K): the option's coefficient in constraint (3_t)
             for t = 2..K+1 (column t - 2), nodes; ``None`` without forecasts.
         supply: with forecasts, shape (K,): the right-hand sides F_t of (3_t), nodes.
+        users: the fairness term (d) of the users with several jobs (constraints (4)-(5));
+            ``None`` where (d) is all in the options' values.
     """
 
     job: np.ndarray
@@ -277,6 +355,13 @@ class Options:
     level: np.ndarray | None = None
     demand: np.ndarray | None = None
     supply: np.ndarray | None = None
+    users: UserShares | None = None
+
+    def total(self, chosen: np.ndarray) -> float:
+        """The objective of a choice (shape (jobs,), indices): its options' values plus the
+        users' shares f_u."""
+        value = float(self.value[chosen].sum())
+        return value if self.users is None else value + self.users.value(self.count[chosen])
 
     def subset(self, keep: np.ndarray) -> Options:
         """The options where ``keep`` (bool, shape (k,)) holds; it must keep one per job."""
@@ -294,6 +379,7 @@ class Options:
             level=None if self.level is None else self.level[keep],
             demand=None if self.demand is None else self.demand[keep],
             supply=self.supply,
+            users=self.users,
         )
 
     def names(self) -> list[str]:
@@ -313,16 +399,18 @@ class Options:
     def relaxed(self) -> tuple[Options, np.ndarray]:
         """The options of the relaxation without constraints (3): per job and count the
         option of largest value (ties: the lowest level), kept while the values strictly
-        increase with the count, as reduction (ii) does without forecasts.
+        increase with the count, as reduction (ii) does without forecasts (and without
+        users of several jobs, whose options keep every count).
 
         Returns:
             The relaxation's options (a chain per job, what
             :func:`interstice.optimizer.policies.greedy_choice` takes) and, shape (k',),
             each one's index into these options.
         """
-        if self.level is None:
+        if self.level is None and self.users is None:
             return self, np.arange(len(self.count))
-        order = np.lexsort((self.level, -self.value, self.count, self.job))
+        level = np.zeros(len(self.count), dtype=int) if self.level is None else self.level
+        order = np.lexsort((level, -self.value, self.count, self.job))
         job, count = self.job[order], self.count[order]
         first = np.ones(len(order), dtype=bool)
         first[1:] = (job[1:] != job[:-1]) | (count[1:] != count[:-1])
@@ -364,16 +452,18 @@ def build_options(problem: Problem) -> Options:
         counts = np.concatenate([[0], np.arange(job.min_nodes, top + 1)])
         grid = score_options(
             job, counts, depths, problem.table_of(job), weights, horizon_s,
-            problem.completion_tilt(job),
+            problem.completion_tilt(job), problem.own_share(job),
         )  # fmt: skip
         pick = grid.value.argmax(axis=0)  # the best depth of each count
         every = np.arange(len(counts))
         value = grid.value[pick, every]
         depth = np.array(depths)[pick]
         depth[0] = job.spb_depth  # at count 0 every depth scores the same; report the current
-        # Keep an option only if it is worth more than every option with fewer nodes.
-        keep = np.ones(len(counts), dtype=bool)
-        keep[1:] = value[1:] > np.maximum.accumulate(value)[:-1]
+        # Keep an option only if it is worth more than every option with fewer nodes (every
+        # count where the job's user shares (d): more nodes raise f_u).
+        keep = np.isfinite(value)
+        if problem.own_share(job) or problem.weights.fairness == 0:
+            keep[1:] = value[1:] > np.maximum.accumulate(value)[:-1]
         columns = (
             counts,
             depth,
@@ -388,7 +478,9 @@ def build_options(problem: Problem) -> Options:
         parts.append((np.zeros(0, int),) * 3 + (np.zeros(0),) * 3 + (np.zeros(0, bool),))
     columns = (np.concatenate(c) for c in zip(*parts, strict=True))
     job_, count, depth, value, rate, goodput, rescaled = columns
-    return Options(job_, count, depth, value, rate, goodput, rescaled, np.array(start))
+    start = np.array(start)
+    users = user_shares(problem, count, start) if problem.jobs else None
+    return Options(job_, count, depth, value, rate, goodput, rescaled, start, users=users)
 
 
 def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
@@ -410,7 +502,7 @@ def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
         held = len(keep_class)
         grid = score_forecast_options(
             job, counts, depths, problem.table_of(job), weights, horizon_s, lives.life_s,
-            keep_class, problem.completion_tilt(job),
+            keep_class, problem.completion_tilt(job), problem.own_share(job),
         )  # fmt: skip
         pick = grid.value.argmax(axis=0)[None]  # (i): the best depth of each (count, level)
         value = np.take_along_axis(grid.value, pick, axis=0)[0]  # (C, L)
@@ -426,10 +518,13 @@ def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
         table[~grows, 0] = value[~grows, -1]  # every level is the same there
         table[:, 1:] = np.where(grows[:, None] & allowed, value, -np.inf)
         # (ii): keep an option only if it is worth more than every option with no more nodes
-        # and no higher level.
-        prefix = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
+        # (as many, where the job's user shares (d)) and no higher level.
         before = np.full(table.shape, -np.inf)
-        before[1:] = prefix[:-1]
+        if problem.own_share(job) or problem.weights.fairness == 0:
+            prefix = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
+            before[1:] = prefix[:-1]
+        else:
+            prefix = np.maximum.accumulate(table, axis=1)
         before[:, 1:] = np.maximum(before[:, 1:], prefix[:, :-1])
         row, level = np.nonzero(np.isfinite(table) & (table > before))  # by count, then level
         layer = np.where(level == 0, top_level - 1, level - 1)
@@ -470,9 +565,11 @@ def _build_forecast_options(problem: Problem, lives: NodeLives) -> Options:
     job_, count, depth, value, rate, goodput, rescaled, level, demand = (
         np.concatenate(c) for c in columns
     )
+    start = np.array(start)
+    users = user_shares(problem, count, start) if problem.jobs else None
     return Options(
-        job_, count, depth, value, rate, goodput, rescaled, np.array(start), level,
-        demand.astype(np.int64), supply.astype(np.int64),
+        job_, count, depth, value, rate, goodput, rescaled, start, level,
+        demand.astype(np.int64), supply.astype(np.int64), users,
     )  # fmt: skip
 
 

@@ -70,6 +70,7 @@ def score_options(
     weights: Weights,
     horizon_s: float,
     tilt: float = 1.0,
+    own_share: bool = True,
 ) -> OptionScores:
     """Score ``job`` on each of ``counts`` nodes at each of ``spb_depths`` over ``horizon_s``.
 
@@ -83,6 +84,9 @@ def score_options(
         weights: the objective weights.
         horizon_s: forecast horizon H, seconds.
         tilt: the completion tilt of (i), in (0, 1] (:meth:`Problem.completion_tilt`).
+        own_share: whether the fairness term (d) counts on this job's nodes alone (its user
+            has no other job, :meth:`Problem.own_share`); ``False``: (d) is the user's,
+            over all its jobs' nodes (:meth:`Problem.user_share`), and is left out here.
 
     Returns:
         Arrays of shape (D, k): throughput, goodput, rescale flag and objective term.
@@ -102,7 +106,7 @@ def score_options(
     cost_s, rescaled = rescale_cost_s(job, counts, spb_depths)
     trained = rate * progress * np.maximum(0.0, horizon_s - cost_s)
     goodput, value = option_value(
-        job, counts, trained, rescaled, measured, table, weights, horizon_s, tilt
+        job, counts, trained, rescaled, measured, table, weights, horizon_s, tilt, own_share
     )
     return OptionScores(samples_per_s=rate, goodput=goodput, rescaled=rescaled, value=value)
 
@@ -145,6 +149,7 @@ def option_value(
     weights: Weights,
     horizon_s: float,
     tilt: float = 1.0,
+    own_share: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. (a), (c)-(g) and (i) on the samples each option trains within the horizon.
 
@@ -160,6 +165,7 @@ def option_value(
         weights: the objective weights.
         horizon_s: H, seconds.
         tilt: the completion tilt of (i), in (0, 1].
+        own_share: whether (d) counts here (:func:`score_options`).
 
     Returns:
         ``(goodput, value)``, each shaped like ``trained``: goodput capped at the job's
@@ -168,14 +174,27 @@ def option_value(
     """
     goodput = np.minimum(trained, job.samples_remaining)  # (a)
     early_finish = weights.early_finish * (trained - goodput)  # (g)
-    one_node = one_node_rate(job, table)
-    unit = one_node * horizon_s  # samples one node earns over H
-    fairness = unit * np.log2(1.0 + counts)  # (d)
-    term = weights.throughput * (goodput + early_finish) + weights.fairness * fairness
+    unit = one_node_rate(job, table) * horizon_s  # samples one node earns over H
+    fairness = weights.fairness * unit * np.log2(1.0 + counts) if own_share else 0.0  # (d)
+    term = weights.throughput * (goodput + early_finish) + fairness
     term = term - np.where(rescaled, weights.churn * unit, 0.0)  # (e)
+    scale = term_scale(job, table, weights, tilt)
+    return goodput, np.where(measured, scale * term, -np.inf)
+
+
+def term_scale(job: Job, table: ScalabilityTable, weights: Weights, tilt: float = 1.0) -> float:
+    """The factor k_j q_j ** w_p / s_j of the job's whole term: (c), (f) and (i)."""
     scale = job.priority**weights.priority * tilt  # (c), (i)
     if weights.speedup:
-        scale /= one_node  # (f)
+        scale /= one_node_rate(job, table)  # (f)
     elif weights.node_seconds:
         scale /= best_per_node_rate(job, table)  # (f)
-    return goodput, np.where(measured, scale * term, -np.inf)
+    return scale
+
+
+def share_unit(
+    job: Job, table: ScalabilityTable, weights: Weights, horizon_s: float, tilt: float = 1.0
+) -> float:
+    """What one node over the horizon is worth to ``job`` in the objective's units:
+    u_j k_j q_j ** w_p / s_j, the coefficient of w_f log2(1 + n) in (d)."""
+    return one_node_rate(job, table) * horizon_s * term_scale(job, table, weights, tilt)

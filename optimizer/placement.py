@@ -106,7 +106,8 @@ def make_allocation(
         started_s: ``time.perf_counter()`` when solving began (model building included).
 
     Returns:
-        The allocation, objective = sum of the chosen options' values; with forecasts
+        The allocation, objective = sum of the chosen options' values plus the shares of
+        the users with several jobs (:meth:`Problem.user_share`); with forecasts
         within the horizon, each job scored on the nodes it is given
         (:meth:`Problem.score`, what ``evaluate`` recomputes), at least its option's value.
     """
@@ -132,6 +133,7 @@ def make_allocation(
             if levels is None or (new and lives.classes_of(new).min() != levels[j]):
                 rows[j] = problem.score(job, node_names, d)
         objective = sum(row[3] for row in rows)
+    objective += problem.user_share(counts)  # (d) of the users with several jobs
     jobs = []
     for job, n, node_names, d, (rate, goodput, rescaled, _) in zip(
         problem.jobs, counts, names, depths, rows, strict=True

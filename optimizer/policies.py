@@ -199,7 +199,8 @@ def greedy(problem: Problem) -> Allocation:
     started_s = time.perf_counter()
     options = build_options(problem)
     if options.level is None:
-        chosen, _ = greedy_choice(options, len(problem.idle_nodes))
+        relaxed, index = options.relaxed()  # itself, unless users share (d)
+        chosen = index[greedy_choice(relaxed, len(problem.idle_nodes))[0]]
     else:
         chosen = forecast_greedy_choice(options, len(problem.idle_nodes))
     return make_allocation(
@@ -279,7 +280,7 @@ def equal_share(problem: Problem) -> Allocation:
             d = job.spb_depth
         s = score_options(
             job, np.array([n]), (d,), problem.table_of(job), weights, horizon_s,
-            problem.completion_tilt(job),
+            problem.completion_tilt(job), problem.own_share(job),
         )  # fmt: skip
         rows.append((n, d, s.value[0, 0], s.samples_per_s[0, 0], s.goodput[0, 0], s.rescaled[0, 0]))
     columns = zip(*rows, strict=True) if rows else [np.zeros(0)] * 6

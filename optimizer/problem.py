@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
 from interstice.optimizer.forecast import NodeLives, node_lives, score_forecast_options
-from interstice.optimizer.objective import score_options
+from interstice.optimizer.objective import score_options, share_unit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Frozen = ConfigDict(frozen=True, extra="forbid")
@@ -353,6 +353,9 @@ class Job(BaseModel):
             :func:`~interstice.optimizer.learning.default_curve`), used instead of the
             table's rows for its model; the points' ``model`` names are not read. ``None``:
             the table's rows.
+        user: who the job belongs to (its owner), the unit of the fairness term (d): the
+            jobs of one user share one log2(1 + nodes) (``Problem.user_share``). ``None``
+            (the default): a user of its own.
     """
 
     model_config = Frozen
@@ -371,6 +374,7 @@ class Job(BaseModel):
     reclaim_loss_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     submitted_s: float = Field(default=0.0, allow_inf_nan=False)
     rates: tuple[ScalabilityPoint, ...] | None = None
+    user: str | None = Field(default=None, min_length=1)
 
     @cached_property
     def own_table(self) -> ScalabilityTable | None:
@@ -422,7 +426,8 @@ class Weights(BaseModel):
             dedicated node-seconds of work: the replay's ``harvest``, comparable across
             models, so a slow model's node is worth as much as a fast one's. The default;
             ``speedup=True`` alone turns it off (both set explicitly is an error).
-        fairness: weight of the concave share term u x log2(1 + nodes).
+        fairness: weight of the concave share term u x log2(1 + nodes), per user: the jobs
+            of one ``Job.user`` share one term over their nodes together (term (d)).
         priority: exponent on each job's ``priority`` multiplier (0 ignores priorities).
         churn: penalty per rescale (a start, stop, resize or depth change), in units of u:
             0.1 prices a rescale at a tenth of one node's work over the horizon.
@@ -590,6 +595,60 @@ class Problem(BaseModel):
             return 1.0
         return max(math.exp(-(job.submitted_s - self.first_submitted_s) / tau_s), MIN_TILT)
 
+    @cached_property
+    def user_jobs(self) -> tuple[tuple[int, ...], ...]:
+        """The jobs (indices into ``jobs``) of each user with two or more of them, by the
+        user's first job: the users whose fairness term (d) couples jobs. A job whose
+        ``user`` is ``None`` or alone is its own user, with (d) in its own options."""
+        by_user: dict[str, list[int]] = {}
+        for j, job in enumerate(self.jobs):
+            if job.user is not None:
+                by_user.setdefault(job.user, []).append(j)
+        return tuple(tuple(jobs) for jobs in by_user.values() if len(jobs) > 1)
+
+    @cached_property
+    def _shared(self) -> frozenset[str]:
+        return frozenset(self.jobs[jobs[0]].user for jobs in self.user_jobs)
+
+    def own_share(self, job: Job) -> bool:
+        """Whether ``job``'s fairness term (d) counts its own nodes alone: its user has no
+        other job here (or it has none)."""
+        return job.user not in self._shared
+
+    @cached_property
+    def user_units(self) -> np.ndarray:
+        """w_f * ū_U of (d) per user of :attr:`user_jobs`, shape (U,), objective units:
+        ū_U is the mean over the user's jobs of what one node over the horizon is worth
+        to each (:func:`interstice.optimizer.objective.share_unit`), so a user with one
+        job has that job's coefficient, as when (d) was per job."""
+        units = []
+        for jobs in self.user_jobs:
+            each = [self.jobs[j] for j in jobs]
+            units.append(
+                np.mean([
+                    share_unit(job, self.table_of(job), self.weights, self.horizon_s,
+                               self.completion_tilt(job))
+                    for job in each
+                ])
+            )  # fmt: skip
+        return self.weights.fairness * np.array(units, dtype=float)
+
+    def user_share(self, counts: Sequence[int]) -> float:
+        """The fairness term (d) of the users with several jobs: sum_U w_f ū_U
+        log2(1 + N_U), N_U the nodes of the user's jobs (formulation, (d) and (4)-(5)).
+
+        Args:
+            counts: nodes per job, in the problem's order.
+
+        Returns:
+            The term, objective units (0 when ``weights.fairness`` is 0 or no user has two
+            jobs: then (d) is all in the jobs' own options).
+        """
+        if self.weights.fairness == 0 or not self.user_jobs:
+            return 0.0
+        totals = np.array([sum(counts[j] for j in jobs) for jobs in self.user_jobs])
+        return float(self.user_units @ np.log2(1.0 + totals))
+
     def table_of(self, job: Job) -> ScalabilityTable:
         """The rates the optimizer uses for ``job``: its own ``rates``, else the table."""
         return job.own_table or self.scalability
@@ -626,7 +685,9 @@ class Problem(BaseModel):
             allocation: an answer to this problem, from any backend or policy.
 
         Returns:
-            The objective value (formulation's objective, weighted samples).
+            The objective value (formulation's objective, weighted samples): the jobs'
+            terms, plus the fairness term (d) of each user with several jobs on their nodes
+            together (:meth:`user_share`).
 
         Raises:
             ValueError: the allocation is infeasible or inconsistent, naming the job.
@@ -669,7 +730,7 @@ class Problem(BaseModel):
             ):
                 raise ValueError(f"{where}: samples_per_s, goodput or rescaled is misreported")
             total += value
-        return total
+        return total + self.user_share([share.node_count for share in allocation.jobs])
 
     def score(
         self, job: Job, node_names: Sequence[str], spb_depth: int
@@ -683,14 +744,15 @@ class Problem(BaseModel):
 
         Returns:
             ``(samples_per_s, goodput, rescaled, value)``: samples/s, samples of progress
-            over the horizon, whether it is a rescale, and its term in the objective.
+            over the horizon, whether it is a rescale, and its term in the objective
+            (without (d) where its user has other jobs: that is :meth:`user_share`'s).
         """
         count = np.array([len(node_names)])
         table, lives = self.table_of(job), self.lives
         if lives is None or not lives.classes:
             s = score_options(
                 job, count, (spb_depth,), table, self.weights, self.horizon_s,
-                self.completion_tilt(job),
+                self.completion_tilt(job), self.own_share(job),
             )  # fmt: skip
             return (
                 float(s.samples_per_s[0, 0]),
@@ -714,6 +776,7 @@ class Problem(BaseModel):
             lives.life_s,
             lives.classes_of(keep_order),
             self.completion_tilt(job),
+            self.own_share(job),
         )
         at = (0, 0, level - 1)
         return (

@@ -89,6 +89,43 @@ def _forecast_start(
     return chosen, price, class_price, min(bound, relaxed_bound)
 
 
+def _secant_greedy(
+    options: Options, capacity: int, incumbent: np.ndarray
+) -> tuple[Options, np.ndarray, float | None]:
+    """The values plus each user's secant at ``incumbent``'s nodes
+    (:meth:`~interstice.optimizer.formulation.UserShares.secants`: a separable upper bound
+    of the objective, equal to it at ``incumbent``), and the greedy on them.
+
+    Returns:
+        ``(linear, chosen, price)``: those options (no users), the greedy's choice
+        (indices into ``options``, shape (jobs,)) and its LP node price (None: integral).
+    """
+    counts = options.count[incumbent]
+    linear = replace(options, value=options.value + options.users.secants(options, counts))
+    chain, index = linear.relaxed()  # each job's options of increasing value
+    chosen, price = greedy_choice(replace(chain, users=None), capacity)
+    return replace(linear, users=None), index[chosen], price
+
+
+def _user_reduction(
+    options: Options, capacity: int, incumbent: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reduction (iii) where users share (d) (formulation, "With users of several jobs"),
+    on the values plus the users' secants at the incumbent (:func:`_secant_greedy`), whose
+    greedy answer replaces the incumbent when it is worth more.
+
+    Returns:
+        ``(incumbent, keep)``: the incumbent (shape (jobs,)) and the options a better
+        answer may use (bool, shape (k,)).
+    """
+    linear, guided, price = _secant_greedy(options, capacity, incumbent)
+    if options.total(guided) > options.total(incumbent):
+        incumbent = guided
+        linear, _, price = _secant_greedy(options, capacity, incumbent)
+    keep = bound_reduction(linear, capacity, price or 0.0, incumbent)
+    return incumbent, keep
+
+
 def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     """Allocate the idle nodes by solving the formulation (:mod:`.formulation`).
 
@@ -99,9 +136,13 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
     termination ``lp-integral``; see
     :func:`interstice.optimizer.policies.greedy_choice`). Otherwise the options that cannot
     beat the greedy answer are dropped (exact reduction (iii) of the formulation) and the
-    backend solves the rest, from the greedy answer. With ``problem.relative_gap`` g > 0
-    "optimal" means proven within g of the optimum: the greedy answer itself when the LP
-    bound proves it (backend ``greedy``, termination ``within-gap``), else the backend
+    backend solves the rest, from the greedy answer. Where users with several jobs share the
+    fairness term (constraints (4)-(5)) the objective is not a sum of per-job terms: no
+    shortcut, and reduction (iii) runs on the values plus the users' secants at the
+    incumbent (without forecasts; with them every option is kept). With
+    ``problem.relative_gap`` g > 0 "optimal" means proven within g of the optimum: the
+    greedy answer itself when the LP bound proves it (backend ``greedy``, termination
+    ``within-gap``), else the backend
     stops at that gap. When the time limit ends without a proof, the solver's best incumbent
     is returned (``feasible``); with no incumbent, or one worth less than the greedy answer,
     the greedy allocation (``fallback``, backend ``greedy``). So the answer is never worth
@@ -135,13 +176,16 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
         )
     class_price = None
     if options.level is None:
-        greedy_chosen, price = greedy_choice(options, capacity)
+        relaxed, index = options.relaxed()  # itself, unless users share (d)
+        greedy_chosen, price = greedy_choice(relaxed, capacity)
+        greedy_chosen = index[greedy_chosen]
         # no bound when the LP relaxation's optimum is integral: the greedy answer is optimal
         bound = None if price is None else lp_bound(options, capacity, price)
     else:
         greedy_chosen, price, class_price, bound = _forecast_start(options, capacity)
-    greedy_value = options.value[greedy_chosen].sum()
-    if bound is None or bound - greedy_value <= problem.relative_gap * abs(bound):
+    greedy_value = options.total(greedy_chosen)
+    coupled = options.users is not None  # (4)-(5): no per-job bound, so no shortcut
+    if not coupled and (bound is None or bound - greedy_value <= problem.relative_gap * abs(bound)):
         return make_allocation(
             problem,
             options,
@@ -152,14 +196,20 @@ def solve(problem: Problem, backend: Backend = "cbc") -> Allocation:
             started_s=started_s,
         )
     module = importlib.import_module(f"interstice.optimizer.{backend}")
+    if coupled and options.level is None:
+        greedy_chosen, keep = _user_reduction(options, capacity, greedy_chosen)
+        greedy_value = options.total(greedy_chosen)
+    elif coupled:  # with forecasts, (3) unpriced: every option
+        keep = np.ones(len(options.count), dtype=bool)
+    else:
+        keep = bound_reduction(options, capacity, price, greedy_chosen, class_price)  # (iii)
     remaining_s = max(problem.time_limit_s - (time.perf_counter() - started_s), 1e-3)
-    keep = bound_reduction(options, capacity, price, greedy_chosen, class_price)  # (iii)
     kept = np.flatnonzero(keep)
     reduced = options.subset(keep)
     hint = np.searchsorted(kept, greedy_chosen)
     answer = module.solve(reduced, capacity, remaining_s, hint, problem.relative_gap)
     chosen = None if answer.values is None else kept[chosen_options(reduced, answer.values)]
-    if chosen is None or options.value[chosen].sum() < greedy_value:
+    if chosen is None or options.total(chosen) < greedy_value:
         return make_allocation(
             problem,
             options,

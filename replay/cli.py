@@ -40,15 +40,14 @@ def replay(
     policy: str = typer.Option("milp", help="milp, greedy, equal-share or rigid."),
     backend: str = typer.Option(
         "cpsat",
-        help="MILP backend: cpsat or cbc (same goodput on a 24 h replay at --horizon 60; "
-        "CP-SAT's solves took 8 s in all, CBC's 14 s).",
+        help="MILP backend: cpsat (OR-Tools CP-SAT) or cbc (CBC through PuLP); both solve "
+        "the same formulation.",
     ),
     horizon: str = typer.Option(
         "300",
         help="Forecast horizon in seconds, or auto (expected remaining idle time). Keep it "
         "well above the jobs' rescale_up_s: a job never grows (or starts) on a horizon its "
-        "rescale_up_s does not pay for. On four 48 h 192-node windows 300 s harvested "
-        "0.885-0.901 of the idle node time, 60 s 0.859-0.878 (docs/benchmarks.md, 'The horizon').",
+        "rescale_up_s does not pay for (docs/engine.md).",
     ),
     max_active_jobs: int | None = typer.Option(
         None,
@@ -69,8 +68,7 @@ def replay(
         0.9,
         help="Weight beta in [0, 1] of the objective's early-finish term (g): samples a job "
         "would train beyond its remaining ones within the horizon (0: the bare cap, 1: no cap, "
-        "as BFTrainer). On a 24 h replay 0.9 trained the most, 0 5 % less at --horizon 60 and "
-        "57 % less at auto (optimizer/formulation.py).",
+        "as BFTrainer; optimizer/formulation.py).",
     ),
     completion: float | None = typer.Option(
         None,
@@ -434,6 +432,15 @@ def replay(
             f"JCT mean {(figures['jct_mean_s'] or 0) / 3600:.2f} h  "
             f"solves {figures['solves']}  wall {figures['replay_wall_s']:.1f} s"
         )
+    for name, figures in full["policies"].items():
+        for user, part in figures["by_user"].items():
+            wait_s = part["wait_mean_s"]
+            console.print(
+                f"{name:<12} user {user}: harvest {part['harvest'] or 0:.3f} "
+                f"({part['harvested_node_hours']:.1f} node-hours), "
+                f"jobs {part['jobs_finished']} of {part['jobs_arrived']} finished, "
+                "mean wait " + ("-" if wait_s is None else f"{wait_s / 3600:.2f} h")
+            )
     for pair, ratios in full["ratios"].items():
         console.print(
             f"{pair}: goodput x{ratios['goodput_samples'] or 0:.3f}  "

@@ -1,8 +1,10 @@
 """The jobs file of a replay: which elastic jobs arrive when, and how much they must train.
 
 Layout (``jobs-imagenet-1001.csv``, see ``shared/data/README.md``): columns ``job_id, model,
-submit_time, min_nodes, max_nodes, total_samples, rescale_up_s, rescale_down_s``, and an
-optional ``priority`` (> 0, default 1: the multiplier of the job's term in the objective). A replay
+submit_time, min_nodes, max_nodes, total_samples, rescale_up_s, rescale_down_s``, an
+optional ``priority`` (> 0, default 1: the multiplier of the job's term in the objective) and
+an optional ``user`` (who submitted it: the unit of the objective's fairness term and of fair
+admission; empty or absent: a user of its own). A replay
 keeps only the spacing of the submit times: they become offsets from the first job's, and the
 first job arrives at the replay window's start.
 """
@@ -44,6 +46,7 @@ class JobSpec:
         rescale_up_s: seconds without progress after it grows (or starts), >= 0.
         rescale_down_s: seconds without progress after it shrinks, >= 0.
         priority: multiplier of its term in the objective, > 0 (column ``priority``, default 1).
+        user: who submitted it (column ``user``); ``None``: a user of its own.
     """
 
     job_id: str
@@ -55,6 +58,7 @@ class JobSpec:
     rescale_up_s: float
     rescale_down_s: float
     priority: float = 1.0
+    user: str | None = None
 
 
 def load_jobs(path: Path, table: ScalabilityTable) -> list[JobSpec]:
@@ -115,6 +119,7 @@ def _job_spec(row: dict[str, str], offset_s: float, table: ScalabilityTable, whe
             rescale_up_s=float(row["rescale_up_s"]),
             rescale_down_s=float(row["rescale_down_s"]),
             priority=float(row.get("priority") or 1.0),
+            user=(row.get("user") or "").strip() or None,
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None

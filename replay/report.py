@@ -53,8 +53,9 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         sum, plus progress made at an SPB depth below the best one's and a rigid job's
         ``lost_samples``),
         ``rescales``, ``preemptions``, ``by_model`` (:func:`by_model`: where the node time
-        went, per model), solve counts, ``forecast_solves`` (the solves that used forecasts)
-        and ``forecast_coverage`` (at the end; ``None``: unknown or no forecasts),
+        went, per model), ``by_user`` (:func:`by_user`, empty without users), solve
+        counts, ``forecast_solves`` (the solves that used forecasts) and
+        ``forecast_coverage`` (at the end; ``None``: unknown or no forecasts),
         ``solve_time_s`` and ``solve_wall_s`` percentiles (seconds), ``statuses`` and
         ``replay_wall_s``.
     """
@@ -99,6 +100,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "rescales": sum(rec.rescales for rec in jobs),
         "preemptions": sum(rec.preemptions for rec in jobs),
         "by_model": by_model(result),
+        "by_user": by_user(result),
         "solves": result.solves,
         "skipped_solves": result.skipped_solves,
         "deferred_solves": result.deferred_solves,
@@ -118,9 +120,9 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int | None]]:
     they give their nodes to different models: a node-hour of AlexNet trains about 7 times
     the samples of a node-hour of DenseNet (the Summit table's best per-node rates), and
     counts the same in ``harvested_node_hours``. Likewise a policy's ``jct_mean_s``: on the
-    all-node Summit windows AlexNet's jobs, which scale worst, ran the longest, and a policy
-    that held them near the knee of their curve finished the jobs later on average with the
-    same node time (docs/benchmarks.md, "Where the JCT gap comes from").
+    all-node Summit windows AlexNet's jobs, which scale worst, run the longest, and a policy
+    that holds them near the knee of their curve finishes the jobs later on average with the
+    same node time (docs/history.md, "Where the JCT gap comes from").
 
     Args:
         result: one policy's replay.
@@ -157,6 +159,50 @@ def by_model(result: ReplayResult) -> dict[str, dict[str, float | int | None]]:
             jct_s[rec.spec.model].append(rec.finished_s - rec.arrival_s)
     for model, part in figures.items():
         part["jct_mean_s"] = float(np.mean(jct_s[model])) if jct_s[model] else None
+    return figures
+
+
+def by_user(result: ReplayResult) -> dict[str, dict[str, float | int | None]]:
+    """What each user of the jobs file harvested (its ``user`` column): the fairness
+    between users behind one replay's totals.
+
+    Args:
+        result: one policy's replay.
+
+    Returns:
+        ``{user: {"harvested_node_hours", "harvest", "goodput_samples", "jobs_arrived",
+        "jobs_finished", "wait_mean_s", "jct_mean_s"}}``, users sorted by name, the jobs
+        without a user left out (empty when no job has one): ``harvested_node_hours`` as in
+        :func:`by_model`, ``harvest`` that over the window's idle node-hours (the users'
+        harvests sum to the replay's), ``wait_mean_s`` the mean time from submission to a
+        first node over the user's jobs that got one, ``jct_mean_s`` the mean completion
+        time of its finished jobs (``None``: none did).
+    """
+    figures: dict[str, dict[str, float | int | None]] = {}
+    waits_s: dict[str, list[float]] = {}
+    jct_s: dict[str, list[float]] = {}
+    for rec in sorted(result.jobs, key=lambda rec: rec.spec.user or ""):
+        user = rec.spec.user
+        if user is None:
+            continue
+        part = figures.setdefault(
+            user,
+            {"harvested_node_hours": 0.0, "goodput_samples": 0.0, "jobs_arrived": 0,
+             "jobs_finished": 0},
+        )  # fmt: skip
+        part["harvested_node_hours"] += _harvested_node_s(result, rec) / 3600
+        part["goodput_samples"] += rec.goodput
+        part["jobs_arrived"] += 1
+        if rec.finished_s is not None:
+            part["jobs_finished"] += 1
+            jct_s.setdefault(user, []).append(rec.finished_s - rec.arrival_s)
+        if rec.first_node_s is not None:
+            waits_s.setdefault(user, []).append(rec.first_node_s - rec.arrival_s)
+    for user, part in figures.items():
+        idle_h = result.idle_node_s / 3600
+        part["harvest"] = part["harvested_node_hours"] / idle_h if idle_h else None
+        part["wait_mean_s"] = float(np.mean(waits_s[user])) if user in waits_s else None
+        part["jct_mean_s"] = float(np.mean(jct_s[user])) if user in jct_s else None
     return figures
 
 

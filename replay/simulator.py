@@ -7,15 +7,16 @@ Simulated time starts at the window's start (t = 0 s) and jumps from event to ev
   charged ``rescale_down_s`` (plus ``ReplayOptions.reclaim_loss_s``) without progress, and a
   job left below ``min_nodes`` stops (it holds no node and stays admitted).
 - a *job arrival*: its submit offset from the jobs file's first job. Queued jobs are admitted
-  first come first served by capacity (:func:`interstice.optimizer.admission.admit`, the
-  service's rule): while the admitted jobs' usable nodes sum below the idle nodes, with
-  ``max_active_jobs`` as an optional cap. A job's usable nodes
-  (:func:`~interstice.optimizer.admission.usable_nodes`, on the believed table) are the most
-  it runs on at a parallel efficiency of ``admission_efficiency``, or 0 while its
-  ``min_nodes`` exceed the idle nodes or its ``rescale_up_s`` is not below the horizon (a
-  job that cannot start now must not hold the pool's place: on the mixed workload counting
-  such jobs cut utilization to 0.45 and 0.81). An
-  admitted job holding no node stays admitted; admission is re-checked after every step
+  first come first served (fair between users where the jobs file names them,
+  :func:`interstice.optimizer.admission.fair_order`) by capacity
+  (:func:`interstice.optimizer.admission.admit`, the service's rule): while the admitted
+  jobs' usable nodes sum below the idle nodes, with ``max_active_jobs`` as an optional cap.
+  A job's usable nodes (:func:`~interstice.optimizer.admission.usable_nodes`, on the
+  believed table) are the most it runs on at a parallel efficiency of
+  ``admission_efficiency``, or 0 while its ``min_nodes`` exceed the idle nodes or its
+  ``rescale_up_s`` is not below the horizon (a job that cannot start now must not hold the
+  pool's place: on the mixed workload counting such jobs cut utilization to 0.45 and 0.81).
+  An admitted job holding no node stays admitted; admission is re-checked after every step
   (the idle pool grows too).
 - a *completion*: the exact time a job's progress reaches its ``total_samples``; it releases
   its nodes and leaves.
@@ -78,7 +79,7 @@ completion or reclaim: only free nodes came or went), the table's rates strictly
 the count, and each job's goodput at its count over the horizon stays below its remaining
 samples. Under (ii) any other option of a job has strictly less goodput, no early-finish
 term (eq. (g): it trains less, so nothing beyond its remaining samples either), at least its
-rescale cost and churn, and less fairness (every term of the objective is per job and the
+rescale cost and churn, and less fairness (fewer nodes for the job and for its user; the
 capacity is not binding), so the optimum keeps every job as it is; greedy and equal-share keep
 it too (an equal share of a pool of at least the sum of the maxima is each job's maximum).
 ``skip_equivalent=False`` turns (ii) off; the tests replay a window both ways and compare.
@@ -467,14 +468,18 @@ class Replay:
                 horizon_s,
             )
 
+        order = admission.fair_order(
+            [jobs[j].spec.user for j in self.queue], [jobs[j].spec.user for j in self.active]
+        )
+        queue = [self.queue[i] for i in order]  # fair between users; FCFS without users
         count = admission.admit(
-            [usable(j) for j in self.queue],
+            [usable(j) for j in queue],
             [usable(j) for j in self.active],
             idle,
             self.options.max_active_jobs,
         )
-        for _ in range(count):
-            j = self.queue.popleft()
+        for j in queue[:count]:
+            self.queue.remove(j)
             self.active.append(j)
             rec = self.result.jobs[j]
             rec.admitted_s = now_s
@@ -567,6 +572,7 @@ class Replay:
             submitted_s=rec.arrival_s,
             reclaim_loss_s=self.options.reclaim_loss_s,
             rates=None if self.learner is None else self.learner.rates(j, spec),
+            user=spec.user,
         )
 
     def apply(self, allocation: Allocation, now_s: float) -> None:

@@ -35,15 +35,17 @@ class PostgresServer:
     version: str = ""
     _names: Iterator[int] = field(default_factory=count)
 
-    def new_database(self) -> str:
-        """Create an empty database; returns its SQLAlchemy URL (user ``postgres``, no password)."""
+    def new_database(self, template: str | None = None) -> str:
+        """Create a database, empty or a copy of the database ``template`` names (which no one
+        may be connected to); returns its SQLAlchemy URL (user ``postgres``, no password)."""
         import psycopg
 
         name = f"t{next(self._names)}_{os.getpid()}"
+        copy = "" if template is None else f' TEMPLATE "{template}"'
         with psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
         ) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from interstice.agents.slurm.hooks import processes_with_env
 from interstice.agents.slurm.scripts import ScavengerPartition, render_conf_fragment, slurm_dir
+from munge_daemon import start_munged
 
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
 START_TIMEOUT_S = 90.0
@@ -195,10 +196,13 @@ def write_agent_conf(
     return agent_conf
 
 
-def slurm_conf(root: Path, nodes: Sequence[str], grace_s: float, agent_conf: Path) -> str:
+def slurm_conf(
+    root: Path, nodes: Sequence[str], grace_s: float, agent_conf: Path, extra: str = ""
+) -> str:
     """slurm.conf of the test cluster: this host as controller, ``nodes`` as compute nodes on
     ports of their own, a ``batch`` partition that never is preempted, and the shipped
-    scavenger fragment over all nodes with the test's Prolog/Epilog wrappers.
+    scavenger fragment over all nodes with the test's Prolog/Epilog wrappers; ``extra``
+    (whole lines) goes before the nodes.
 
     ``bf_interval=1``: the backfill planner runs every second, so a pending job's planned
     start (``squeue --start``) is known within a pass.
@@ -236,7 +240,7 @@ MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
 MailProg=/bin/true
-{node_lines}PartitionName=batch Nodes={node_list} PreemptMode=OFF MaxTime=INFINITE State=UP
+{extra}{node_lines}PartitionName=batch Nodes={node_list} PreemptMode=OFF MaxTime=INFINITE State=UP
 """
     wrappers = {hook: hook_wrapper(root, hook, agent_conf) for hook in ("prolog", "epilog")}
     fragment = render_conf_fragment(
@@ -346,7 +350,7 @@ def require_slurm() -> None:
 
 @contextmanager
 def slurm_cluster(
-    root: Path, nodes: Sequence[str], grace_s: float, agent_conf: Path
+    root: Path, nodes: Sequence[str], grace_s: float, agent_conf: Path, extra_conf: str = ""
 ) -> Iterator[SlurmCluster]:
     """munged, slurmctld and a slurmd per node, until the block ends; then every job is
     cancelled (the Epilogs stop the agents) and every process of the cluster is gone.
@@ -356,39 +360,26 @@ def slurm_cluster(
         nodes: the compute nodes' names.
         grace_s: GraceTime of the scavenger partition (set the agents' grace_s the same).
         agent_conf: the nodes' agent.conf (see :func:`write_agent_conf`).
+        extra_conf: more slurm.conf lines (e.g. ``JobCompType=``), each ending in a newline.
 
     Yields:
         The cluster, every node idle.
     """
     require_slurm()
-    for folder in ("munge", "state", "log", "run", "work", *(f"spool/{node}" for node in nodes)):
+    for folder in ("munge", "state", "log", "run", *(f"spool/{node}" for node in nodes)):
         (root / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    # the agents' workdir: root's, writable by it alone, and passable, so that a job run as
+    # its owner reaches its run directory there (interstice.agents.rundir.prepare)
+    (root / "work").mkdir(mode=0o755, exist_ok=True)
+    (root / "work").chmod(0o755)
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     cluster = SlurmCluster(root=root, env=env, nodes=tuple(nodes))
     munge_pid_file = root / "munge" / "munged.pid"
     slurm_started = False
     try:
-        key = root / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        munged = subprocess.run(
-            [
-                "munged",
-                "--force",
-                f"--socket={root}/munge/munge.socket",
-                f"--key-file={key}",
-                f"--pid-file={munge_pid_file}",
-                f"--log-file={root}/log/munged.log",
-                f"--seed-file={root}/munge/munged.seed",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if munged.returncode != 0:
-            pytest.skip(f"munged cannot start here: {munged.stderr.strip()}")
-        (root / "slurm.conf").write_text(slurm_conf(root, nodes, grace_s, agent_conf))
+        # its files in root/munge: munge.socket and munged.pid, as below and in slurm.conf
+        start_munged(root / "munge", root / "log" / "munged.log")
+        (root / "slurm.conf").write_text(slurm_conf(root, nodes, grace_s, agent_conf, extra_conf))
         slurm_started = True
         cluster.daemons.append(
             start_process(["slurmctld", "-D", "-i"], root / "log/slurmctld.out", env)

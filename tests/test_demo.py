@@ -1,6 +1,7 @@
-"""``interstice demo``: the trace plan on a hand-made trace, bad flags, and one whole run on
-this machine (slow): it must rescale a job, honour a reclaim within its grace period and
-leave no process behind."""
+"""``interstice demo``: the trace plan on a hand-made trace, the trace it falls back to, job
+files and ``--keep``, bad flags, and one whole run on this machine (slow): it must rescale a
+job, honour a reclaim within its grace period, keep the job folders where asked and leave no
+process behind."""
 
 import json
 import os
@@ -8,18 +9,25 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
+from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
+import typer
 from interstice.replay.trace import NodeTrace
 
-from interstice.data import TRACE_FILE, data_dir
+from interstice import data
+from interstice.data import SYNTHETIC_TRACE, TRACE_FILE, data_dir, demo_trace
+from interstice.demo.cli import job_files, keep_folder
 from interstice.demo.jobs import ExampleJobs
 from interstice.demo.plan import plan_replay
+from interstice.demo.session import EXAMPLES, DemoOptions, keep_job_folders, trace_lines
 
 INTERSTICE = [sys.executable, "-c", "from interstice.cli import app; app()"]
+DIGITS = (EXAMPLES / "digits.toml").read_text()
 MARKER = "DEMO_TEST_MARKER"  # not INTERSTICE_*: the agents pass it on to their workers
 
 
@@ -119,7 +127,9 @@ def test_plan_refuses_a_window_longer_than_the_trace() -> None:
         (["--agents", "0"], "--agents must be in 1..16"),
         (["--speedup", "fast"], "--speedup must be a number"),
         (["--jobs", "nosuchjob"], "no example job 'nosuchjob'"),
+        (["--jobs", "digits,/nonexistent/job.toml"], "--jobs: no job file /nonexistent/job.toml"),
         (["--trace", "/nonexistent/trace.csv.gz"], "trace /nonexistent/trace.csv.gz is absent"),
+        (["--keep", "/dev/null"], "--keep /dev/null: not a folder"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(flags: list[str], message: str) -> None:
@@ -129,6 +139,106 @@ def test_bad_flags_exit_2_with_one_line(flags: list[str], message: str) -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert done.stdout == ""
+
+
+def test_without_the_real_trace_the_demo_replays_the_synthetic_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INTERSTICE_DATA_DIR", raising=False)
+    monkeypatch.setattr(data, "data_dir", lambda: tmp_path)
+    assert demo_trace() == SYNTHETIC_TRACE
+    (tmp_path / TRACE_FILE).write_bytes(b"")
+    assert demo_trace() == tmp_path / TRACE_FILE
+
+
+def test_a_data_folder_given_without_the_trace_is_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INTERSTICE_DATA_DIR", str(tmp_path))
+    assert demo_trace() == tmp_path / TRACE_FILE  # the demo says it is absent
+
+
+def test_the_first_lines_say_which_trace_and_how_to_give_the_real_one() -> None:
+    options = DemoOptions(4, 60, 90, 0, (), 0, 0, 15, str(SYNTHETIC_TRACE), synthetic=True)
+    first, then = trace_lines(options)
+    assert "SYNTHETIC" in first and str(SYNTHETIC_TRACE) in first
+    assert TRACE_FILE in then and "--trace" in then and "$INTERSTICE_DATA_DIR" in then
+    real = DemoOptions(4, 60, 90, 0, (), 0, 0, 15, f"/data/{TRACE_FILE}")
+    assert trace_lines(real) == [
+        f"Trace: Summit's, real (BFTrainer's public replay data): /data/{TRACE_FILE}"
+    ]
+    given = DemoOptions(4, 60, 90, 0, (), 0, 0, 15, "/data/mine.csv")
+    assert trace_lines(given) == ["Trace: /data/mine.csv"]
+
+
+def test_jobs_take_example_names_and_job_files(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text((EXAMPLES / "digits.toml").read_text())
+    assert job_files(f" digits , {mine}") == (str(EXAMPLES / "digits.toml"), str(mine))
+
+
+def errors_of(call, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``call()`` printed on stderr as it exited with code 2."""
+    with pytest.raises(typer.Exit) as exited:
+        call()
+    assert exited.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("command = [", "mine.toml: "),  # not TOML
+        (DIGITS.replace("min_nodes = 1", "min_nodes = 0"), "--jobs mine.toml: min_nodes:"),
+        (DIGITS + "surprise = 1\n", "--jobs mine.toml: surprise: unknown key"),
+    ],
+)
+def test_a_bad_job_file_exits_2_with_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("mine.toml").write_text(content)
+    assert message in errors_of(lambda: job_files("mine.toml"), capsys)
+
+
+def test_jobs_refuse_a_folder_and_an_empty_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "is not a file" in errors_of(lambda: job_files(f"{tmp_path}/"), capsys)
+    assert "names no job" in errors_of(lambda: job_files(" , "), capsys)
+
+
+def test_keep_takes_a_new_or_empty_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert keep_folder(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
+    assert (tmp_path / "new" / "runs").is_dir()
+    assert keep_folder(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"  # empty: fine
+    (tmp_path / "new" / "runs" / "j-1").mkdir()
+    assert "not empty" in errors_of(lambda: keep_folder(tmp_path / "new" / "runs"), capsys)
+    (tmp_path / "file").write_text("")
+    assert "not a folder" in errors_of(lambda: keep_folder(tmp_path / "file"), capsys)
+    below_a_file = tmp_path / "file" / "runs"
+    assert "--keep" in errors_of(lambda: keep_folder(below_a_file), capsys)
+
+
+def test_kept_job_folders_move_whole(tmp_path: Path) -> None:
+    root, keep = tmp_path / "checkpoints", tmp_path / "keep"
+    (root / "j-1" / "final").mkdir(parents=True)
+    (root / "j-1" / "final" / "model.pt").write_bytes(b"weights")
+    (root / "j-2" / "logs").mkdir(parents=True)
+    keep.mkdir()
+    keep_job_folders(root, keep)
+    assert (keep / "j-1" / "final" / "model.pt").read_bytes() == b"weights"
+    assert (keep / "j-2" / "logs").is_dir()
+    assert list(root.iterdir()) == []
+    keep_job_folders(tmp_path / "none", keep)  # a run that made no job: nothing to move
 
 
 def processes_marked(marker: str) -> list[str]:
@@ -145,12 +255,20 @@ def processes_marked(marker: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_demo_rescales_honours_reclaims_and_stops_everything() -> None:
+def test_demo_rescales_honours_reclaims_and_stops_everything(tmp_path: Path) -> None:
+    """With the real trace; one of the jobs from a job file of the user's, the job folders
+    kept."""
     if not (data_dir() / TRACE_FILE).is_file():
         pytest.skip(f"the Summit trace {data_dir() / TRACE_FILE} is absent")
+    mine = tmp_path / "my-charlm.toml"  # the example, its workdir made absolute
+    text = (EXAMPLES / "charlm.toml").read_text()
+    mine.write_text(text.replace('workdir = ".."', f"workdir = {json.dumps(str(EXAMPLES.parent))}"))
+    assert tomllib.loads(mine.read_text())["workdir"] == str(EXAMPLES.parent)
+    keep = tmp_path / "kept"
     marker = uuid.uuid4().hex
     done = subprocess.run(
-        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "60"],
+        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "60"]
+        + ["--jobs", f"digits,{mine}", "--keep", str(keep)],
         capture_output=True,
         text=True,
         timeout=1100,  # the start on a loaded 2-core machine is slow; the replay is 60 s
@@ -164,6 +282,16 @@ def test_demo_rescales_honours_reclaims_and_stops_everything() -> None:
     assert summary["reclaims_within_grace"] >= 1, output
     assert summary["idle_node_s"] > 0 and summary["harvested_node_s"] > 0, output
     assert processes_marked(marker) == []
+    assert summary["synthetic_trace"] is False, output
+    assert {job["name"] for job in summary["jobs"]} == {"digits", "my-charlm"}, output
+    assert summary["job_folders"] == str(keep), output
+    assert f"kept in {keep}" in done.stdout, output
+    assert sorted(p.name for p in keep.iterdir()) == sorted(j["job_id"] for j in summary["jobs"])
+    for job in summary["jobs"]:
+        if job["samples_done"] > 0:  # it ran: its logs are kept
+            assert any((keep / job["job_id"] / "logs").iterdir()), job
+        if job["state"] == "finished":
+            assert any((keep / job["job_id"] / "final").iterdir()), job
 
 
 @pytest.mark.slow

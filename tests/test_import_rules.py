@@ -59,12 +59,21 @@ RULES = (
     # the service and its layers
     Rule(
         "interstice.api",
-        ("interstice.optimizer", "interstice.wire", "interstice.data", "interstice.errors"),
+        (
+            "interstice.optimizer",
+            "interstice.wire",
+            "interstice.data",
+            "interstice.errors",
+            "interstice.munge",
+        ),
         never=TORCH,
     ),
-    Rule("interstice.api.schemas", ("interstice.wire",), only=("pydantic",)),
+    Rule("interstice.api.schemas", ("interstice.wire",), only=("pydantic", "pydantic_core")),
     Rule("interstice.api.store", ("interstice.api.settings",), never=WEB),
-    Rule("interstice.api.auth", ("interstice.api.store", "interstice.api.schemas")),
+    Rule(
+        "interstice.api.auth",
+        ("interstice.api.store", "interstice.api.schemas", "interstice.munge"),
+    ),
     Rule(
         "interstice.api.services",
         (

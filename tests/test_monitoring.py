@@ -181,6 +181,39 @@ def test_an_unknown_metric_is_caught(scrape: dict) -> None:
         assert metric_names(f"sum(rate({wrong}[5m]))") - exposed == {wrong}
 
 
+GUIDES = ROOT / "docs" / "admin-guide"
+WATCH = re.compile(r"\b[Ww]atch\b(.*?)(?:\.\s|\.$|$)", re.DOTALL)
+
+
+def watched_metrics(text: str, exposed: set[str]) -> set[str]:
+    """The metrics of ``exposed`` that a sentence of ``text`` tells admins to watch (from the
+    word "watch" to the end of its sentence)."""
+    named = set()
+    for sentence in WATCH.findall(text):
+        named |= set(re.findall(r"`(interstice_\w+)", sentence))
+    return named & exposed
+
+
+def test_every_metric_the_guides_say_to_watch_has_a_panel(scrape: dict) -> None:
+    exposed = exposed_series(scrape["response"].text)
+    charted = set().union(*(metric_names(e) for e in expressions(dashboard())))
+    watched = {
+        guide.name: watched_metrics(guide.read_text(), exposed)
+        for guide in sorted(GUIDES.glob("*.md"))
+    }
+    assert {"interstice_forecast_coverage", "interstice_forecasts_used"} <= watched["slurm.md"]
+    missing = {name: sorted(m - charted) for name, m in watched.items() if m - charted}
+    assert not missing, f"metrics the guides say to watch with no dashboard panel: {missing}"
+
+
+def test_watched_metrics_are_read_to_the_end_of_the_sentence() -> None:
+    text = "Watch `interstice_a` and\n`interstice_b` (see x.md). Then `interstice_c`."
+    assert watched_metrics(text, {"interstice_a", "interstice_b", "interstice_c"}) == {
+        "interstice_a",
+        "interstice_b",
+    }
+
+
 def test_the_dashboard_is_provisionable() -> None:
     board = dashboard()
     datasource = yaml.safe_load(DATASOURCES.read_text())["datasources"][0]

@@ -6,6 +6,7 @@
   partition, rendered from the templates beside this package's modules.
 - ``hooks``: the Prolog (start the node's agent) and the Epilog (stop it within the grace).
 - ``fill``: keeps one placeholder job queued per usable scavenger node.
+- ``accounting``: sacct's job allocations and sacctmgr's node events, read as intervals.
 - ``cli``: ``interstice slurm ...``.
 
 The shell scripts (``prolog.sh``, ``epilog.sh``, ``hook.sh``) and templates

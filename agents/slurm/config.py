@@ -48,7 +48,9 @@ class AgentConf(BaseModel):
         interstice_bin: the ``interstice`` executable the Prolog runs (read by prolog.sh).
         workdir: the agent's working directory (``--workdir``), created if absent.
         state_dir: where the Prolog keeps one pid file and one log per job, created 0700.
-        agent_user: run the agent as this user instead of root; empty for root.
+        agent_user: run the agent as this user instead of root; empty for root. Leave it
+            empty where jobs name their owners (multi-user mode): only an agent running as
+            root runs each job as its owner (:mod:`interstice.agents.owner`).
         preemption_signal: the signal the Epilog sends first. SIGTERM, as Slurm itself sends
             at preemption; not SIGUSR1, which NCCL may use internally.
         ports: the agent's rendezvous ports (``--ports``), comma-separated; empty for the

@@ -154,6 +154,11 @@ def _expand_name(item: str, expression: str) -> list[str]:
         prefixes = [prefix + literal for prefix in prefixes]
         if bracket is not None:
             numbers = _expand_bracket(bracket, expression)
+            if len(prefixes) * len(numbers) > MAX_NODES_PER_EXPRESSION:  # before building it
+                raise NodeListError(
+                    f"{item!r} in {expression!r} expands to more than "
+                    f"{MAX_NODES_PER_EXPRESSION} names"
+                )
             prefixes = [prefix + number for prefix in prefixes for number in numbers]
     return prefixes
 
@@ -168,7 +173,7 @@ def _expand_bracket(bracket: str, expression: str) -> list[str]:
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
             raise NodeListError(f"range {part!r} ends below its start in {expression!r}")
-        if int(high) - int(low) >= MAX_NODES_PER_EXPRESSION:
-            raise NodeListError(f"range {part!r} in {expression!r} is too long")
+        if len(numbers) + int(high) - int(low) >= MAX_NODES_PER_EXPRESSION:
+            raise NodeListError(f"bracket [{bracket}] in {expression!r} is too long")
         numbers.extend(str(number).zfill(len(low)) for number in range(int(low), int(high) + 1))
     return numbers

@@ -1,6 +1,6 @@
 """What the Slurm Prolog and Epilog do: start the node's agent, and stop it within the grace.
 
-The preemption path (measured on Slurm 22.05, see tests/agents/test_slurm_real.py):
+The preemption path (on Slurm 22.05, as tests/agents/test_slurm_real.py runs it):
 
 1. A placeholder job of the scavenger partition starts on an idle node. slurmd runs the Prolog
    (as root, outside the job) which calls :func:`start_agent`: ``interstice agent --report-idle``

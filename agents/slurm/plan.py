@@ -1,4 +1,4 @@
-"""Forecasts from Slurm's own plan: when is each idle node wanted back (issue 23).
+"""Forecasts from Slurm's own plan: when is each idle node wanted back.
 
 The backfill planner computes, for every pending job, a planned start (``StartTime``) and the
 nodes it will take (``SchedNodes``); advance reservations and maintenance windows have a

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
+from interstice.api.auth.unix import UnixAccount
 from interstice.api.store.db import Database
 from interstice.api.store.tables import AuditEntry, Token, utcnow
 from sqlalchemy import select
@@ -61,11 +62,14 @@ def parse_duration_s(text: str) -> int:
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the token's id, name and role."""
+    """Who is calling: the token's (or MUNGE principal's) id, name and role, and the Unix
+    account it acts as (None: an unbound token, single-user mode)."""
 
     token_id: int
     name: str
     role: str
+    unix_name: str | None = None
+    unix_uid: int | None = None
 
 
 def audit_entry(
@@ -100,10 +104,13 @@ class TokenRecord:
         return None
 
 
+MUNGE_HASH_PREFIX = "munge:"
+"""``token_sha256`` of a MUNGE principal: ``munge:<uid>`` (see :class:`Token`)."""
+
+
 def _record(row: Token) -> TokenRecord:
-    return TokenRecord(
-        Principal(row.id, row.name, row.role), row.created_at, row.expires_at, row.revoked_at
-    )
+    who = Principal(row.id, row.name, row.role, row.unix_name, row.unix_uid)
+    return TokenRecord(who, row.created_at, row.expires_at, row.revoked_at)
 
 
 def create_token(
@@ -112,6 +119,7 @@ def create_token(
     name: str,
     expires_in_s: int | None = None,
     actor: Principal | None = None,
+    unix: UnixAccount | None = None,
 ) -> str:
     """Store a new token of ``role`` and return its secret (only its hash is kept); audited.
 
@@ -121,8 +129,9 @@ def create_token(
         name: who holds it.
         expires_in_s: lifetime in seconds from now; None: it never expires.
         actor: the admin creating it over the API; None: the command line (or a test).
+        unix: the Unix account the token acts as (its jobs run as it); None: unbound.
     """
-    return create_token_record(db, role, name, expires_in_s, actor)[0]
+    return create_token_record(db, role, name, expires_in_s, actor, unix)[0]
 
 
 def create_token_record(
@@ -131,6 +140,7 @@ def create_token_record(
     name: str,
     expires_in_s: int | None = None,
     actor: Principal | None = None,
+    unix: UnixAccount | None = None,
 ) -> tuple[str, TokenRecord]:
     """:func:`create_token`, also answering the stored row."""
     secret = secrets.token_urlsafe(32)
@@ -143,6 +153,8 @@ def create_token_record(
             token_sha256=hash_token(secret),
             created_at=now,
             expires_at=expires,
+            unix_name=None if unix is None else unix.name,
+            unix_uid=None if unix is None else unix.uid,
         )
         session.add(row)
         session.flush()
@@ -153,14 +165,38 @@ def create_token_record(
             "role": role,
             "expires_at": None if expires is None else expires.isoformat(),
         }
+        if unix is not None:
+            new |= {"unix_user": unix.name, "unix_uid": unix.uid}
         session.add(audit_entry(actor, "token.create", None, new))
     return secret, record
 
 
 def list_tokens(db: Database) -> list[TokenRecord]:
-    """Every token, oldest first (never a secret: only hashes are stored)."""
+    """Every token, oldest first (never a secret: only hashes are stored); MUNGE principals
+    are not tokens and are left out."""
+    query = select(Token).where(~Token.token_sha256.startswith(MUNGE_HASH_PREFIX))
     with db.read() as session:
-        return [_record(t) for t in session.scalars(select(Token).order_by(Token.id))]
+        return [_record(t) for t in session.scalars(query.order_by(Token.id))]
+
+
+def munge_principal(db: Database, account: UnixAccount) -> Principal:
+    """The principal of a MUNGE caller: the row of its uid, created at its first call (its
+    name follows the account's current name).
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: another process created the row meanwhile (a second
+            call finds it).
+    """
+    marker = f"{MUNGE_HASH_PREFIX}{account.uid}"
+    with db.write() as session:
+        row = session.scalar(select(Token).where(Token.token_sha256 == marker))
+        if row is None:
+            row = Token(name=account.name, role="user", token_sha256=marker)
+            session.add(row)
+        row.name = row.unix_name = account.name
+        row.unix_uid = account.uid
+        session.flush()
+        return _record(row).principal
 
 
 def revoke_token(db: Database, token_id: str, actor: Principal | None = None) -> TokenRecord:
@@ -177,7 +213,7 @@ def revoke_token(db: Database, token_id: str, actor: Principal | None = None) ->
             if head == "t" and number.isdigit() and len(number) <= 15
             else None
         )
-        if row is None:
+        if row is None or row.token_sha256.startswith(MUNGE_HASH_PREFIX):
             raise LookupError(f"token {token_id} not found")
         if row.revoked_at is None:
             row.revoked_at = utcnow()

@@ -26,7 +26,7 @@ from interstice.api.control.leader import AlwaysLeader, PostgresLeadership
 from interstice.api.control.notify import PostgresRelay
 from interstice.api.schemas.objective import ObjectivePublic
 from interstice.api.service import Service
-from interstice.api.services import state
+from interstice.api.services import state, usage
 from interstice.api.services.objective import stored as stored_objective
 from interstice.api.services.scalability import stored as stored_table
 from interstice.api.services.state import ACTIVE_JOB_STATES, Changes, parse_id
@@ -47,7 +47,7 @@ from interstice.optimizer import (
     pool_remaining_idle_s,
 )
 from interstice.optimizer import Job as OptimizerJob
-from interstice.optimizer.admission import admit, usable_nodes
+from interstice.optimizer.admission import admit, fair_order, usable_nodes
 from interstice.optimizer.coverage import solve_coverage
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import delete, select
@@ -77,10 +77,13 @@ def optimizer_solver(problem: Problem, backend: str) -> Allocation:
     return solve(problem, backend=backend)
 
 
-def horizon_s(session: Session, objective: ObjectivePublic, pool_size: int) -> float:
+def horizon_s(
+    session: Session, objective: ObjectivePublic, pool_size: int, multi_user: bool = False
+) -> float:
     """The forecast horizon, seconds: the fixed value, or for ``auto`` the expected
     remaining idle time (:func:`interstice.optimizer.pool_remaining_idle_s`) of the
-    ``pool_size`` allocatable nodes from the observed idle intervals."""
+    ``pool_size`` allocatable nodes (:func:`state.allocatable`) from the observed idle
+    intervals."""
     if objective.horizon_s != "auto":
         return float(objective.horizon_s)
     lengths = list(
@@ -91,23 +94,26 @@ def horizon_s(session: Session, objective: ObjectivePublic, pool_size: int) -> f
         )
     )
     now = utcnow()
-    middle = state.median_idle_since(session, pool_size)
+    middle = state.median_idle_since(session, pool_size, multi_user)
     ages = [(now - since).total_seconds() for since in middle]  # their median is the pool's
     return pool_remaining_idle_s(lengths, ages)
 
 
 def idle_forecast_s(untils: dict[str, datetime], now: datetime) -> dict[str, float]:
-    """Each node's forecast remaining idle time, seconds: ``until - now``, 0 for an
-    ``until`` already past (the node stays until its ``busy`` event; none is due).
+    """Each node's forecast remaining idle time, seconds: ``until - now``. A node whose
+    ``until`` has passed is left out: a stale forecast is an unknown end, as if none had been
+    given (the node stays until its ``busy`` event, and none is due at a known time; read as
+    0 s left, it would take the node out of every allocation).
 
     Args:
-        untils: the scheduler's ``until`` of the nodes whose end is known, by node name.
+        untils: the scheduler's ``until`` of the nodes that have one, by node name.
         now: the time of the snapshot (aware UTC).
 
     Returns:
-        Seconds left per node of ``untils``, >= 0.
+        Seconds left per node of ``untils`` still ahead of ``now``, > 0.
     """
-    return {node: max(0.0, (until - now).total_seconds()) for node, until in untils.items()}
+    left = {node: (until - now).total_seconds() for node, until in untils.items()}
+    return {node: seconds for node, seconds in left.items() if seconds > 0}
 
 
 def build_problem(service: Service) -> tuple[Problem, str] | None:
@@ -115,9 +121,10 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     nothing to decide (no active job or no allocatable node).
 
     Per job (:func:`optimizer_job`): its rates, learned from its reports over its model's
-    table rows (or the default curve), and its measured rescale costs. Admission
+    table rows (or the default curve), its measured rescale costs and its user. Admission
     (:func:`interstice.optimizer.admission.admit`): every running job, then queued jobs in
-    submission order while the admitted ones cannot already use every allocatable node (a
+    submission order, fair between users (:func:`~interstice.optimizer.admission.fair_order`),
+    while the admitted ones cannot already use every allocatable node (a
     job whose ``min_nodes`` exceed the pool counts 0 usable nodes), at most
     ``max_active_jobs`` in all when set; a job's usable nodes are
     :func:`~interstice.optimizer.admission.usable_nodes` at ``admission_efficiency``.
@@ -126,11 +133,14 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
     the model only while the forecast coverage is at least the objective's
     ``forecast_min_coverage``: :func:`state.forecast_coverage` of the ended idle intervals,
     or while fewer than 50 have ended the share of the pool that has a forecast
-    (:func:`~interstice.optimizer.coverage.solve_coverage`).
+    (:func:`~interstice.optimizer.coverage.solve_coverage`). The pool is
+    :func:`state.allocatable`'s: in multi-user mode, only nodes whose agent runs jobs as
+    their owners.
     """
+    multi_user = service.settings.multi_user
     with service.db.read() as session:
         table = stored_table(session)
-        nodes = state.node_view(session)
+        nodes = state.node_view(session, multi_user)
         pool = nodes.pool
         jobs = list(
             session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)).order_by(Job.id))
@@ -142,6 +152,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         held = nodes.held
         observations = _observations(session, [j.id for j in jobs])
         costs = _rescale_costs(session, [j.id for j in jobs])
+        names = usage.token_names(session)
         candidates = []
         for job in jobs:
             candidate = optimizer_job(
@@ -151,15 +162,19 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
                 costs.get(job.id, ([], [])),
                 tuple(n for n in held.get(job.id, ()) if n in in_pool),
                 objective.reclaim_loss_s,
+                usage.job_user(job, names),
             )
             if candidate is not None:
                 candidates.append((job.state == "running", candidate))
         running = [c for is_running, c in candidates if is_running]
         queued = [c for is_running, c in candidates if not is_running]
+        # fair between users: a user's many queued jobs do not keep another's out
+        order = fair_order([c.user for c in queued], [c.user for c in running])
+        queued = [queued[i] for i in order]
         # usable nodes (optimizer/admission.py): the most the job runs on efficiently on
         # its own curve or the table, or 0 while it cannot start (min_nodes above the pool,
         # or a start that the horizon does not pay for): it must not hold the pool's place
-        horizon = horizon_s(session, objective, len(pool))
+        horizon = horizon_s(session, objective, len(pool), multi_user)
 
         def usable(job: OptimizerJob) -> int:
             return usable_nodes(
@@ -184,7 +199,8 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         )
         if not problem_jobs:
             return None
-        forecasts = idle_forecast_s(state.allocatable_untils(session), utcnow()) or None
+        untils = state.allocatable_untils(session, multi_user)
+        forecasts = idle_forecast_s(untils, utcnow()) or None
         problem = Problem(
             idle_nodes=tuple(pool),
             jobs=tuple(problem_jobs),
@@ -221,6 +237,7 @@ def optimizer_job(
     costs: tuple[list[float], list[float]],
     nodes: tuple[str, ...],
     reclaim_loss_s: float = 0.0,
+    user: str | None = None,
 ) -> OptimizerJob | None:
     """What the optimizer is told of ``job``; None when it can never run (``min_nodes``
     above every count its curve has).
@@ -231,7 +248,8 @@ def optimizer_job(
     other parallelisms depth 0 only (their workers accept no other). Rescale costs: the
     median of the newest measured ones per direction (``costs`` = (up, down) seconds), else
     the job's declared ``rescale_up_s``/``rescale_down_s``; ``reclaim_loss_s``, what a
-    reclaim costs beyond a shrink, seconds, is the objective's.
+    reclaim costs beyond a shrink, seconds, is the objective's; ``user``, the unit of the
+    objective's fairness term, its owner (:func:`interstice.api.services.usage.job_user`).
     """
     in_table = table is not None and job.model in table.models
     prior: tuple[ScalabilityPoint, ...] | None = None
@@ -267,6 +285,7 @@ def optimizer_job(
         submitted_s=job.submitted_at.timestamp(),
         reclaim_loss_s=reclaim_loss_s,
         rates=rates,
+        user=user,
     )
 
 
@@ -315,7 +334,7 @@ def apply_allocation(service: Service, allocation: Allocation) -> Changes:
     """
     changes = Changes()
     with service.db.write() as session:
-        view = state.node_view(session)
+        view = state.node_view(session, service.settings.multi_user)
         pool, held = set(view.pool), view.held
         numbers = {share.job_id: parse_id(share.job_id, "j") for share in allocation.jobs}
         # each active job's bounds and depth: the jobs that move are loaded whole below

@@ -1,4 +1,4 @@
-"""Admin route: how the idle nodes were used (issue 11's measures)."""
+"""Admin route: how the idle nodes were used (the replay's measures)."""
 
 from typing import Annotated
 

@@ -4,7 +4,8 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Path, status
-from interstice.api.auth import tokens
+from fastapi.exceptions import RequestValidationError
+from interstice.api.auth import tokens, unix
 from interstice.api.deps import AdminToken, ServiceDep, roles
 from interstice.api.schemas.tokens import (
     TOKEN_ID,
@@ -26,15 +27,37 @@ def _public(record: tokens.TokenRecord) -> TokenPublic:
         created_at=record.created_at,
         expires_at=record.expires_at,
         revoked_at=record.revoked_at,
+        unix_user=record.principal.unix_name,
+        unix_uid=record.principal.unix_uid,
     )
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, **roles("admin", errors=(400,)))
 async def create_token(body: TokenCreate, service: ServiceDep, who: AdminToken) -> TokenCreated:
     """Create a token; its secret is in this answer only (the database keeps its hash).
-    Audited. Roles: admin."""
+
+    A ``user`` or ``admin`` token may be bound to a Unix account (``unix_user`` and/or
+    ``unix_uid``, resolved on the service host); a user token must be in multi-user mode.
+    422 names the field (unknown account, uid 0 or below ``munge_min_uid``, a binding on
+    another role, none in multi-user mode). Audited. Roles: admin."""
+    settings = service.settings
+    try:
+        account = unix.token_account(
+            body.role, body.unix_user, body.unix_uid, settings.munge_min_uid, settings.multi_user
+        )
+    except ValueError as exc:
+        field, _, message = str(exc).partition(": ")
+        raise RequestValidationError(
+            [{"loc": ("body", field), "msg": message, "type": "value_error"}]
+        ) from None
     secret, record = await anyio.to_thread.run_sync(
-        tokens.create_token_record, service.db, body.role, body.name, body.expires_in_s, who
+        tokens.create_token_record,
+        service.db,
+        body.role,
+        body.name,
+        body.expires_in_s,
+        who,
+        account,
     )
     return TokenCreated(**_public(record).model_dump(), token=secret)
 

@@ -2,6 +2,8 @@
 library are static files under ``/ui/static`` (shipped in the package, no build step).
 
 The page reads the same public API as any client, with the bearer token the user types.
+Its responses carry a Content-Security-Policy that refuses inline scripts and styles
+(:mod:`interstice.api.security_headers`): the page and its scripts have none.
 """
 
 from pathlib import Path

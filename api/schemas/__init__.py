@@ -8,5 +8,6 @@ integers, the error body). Per resource: ``<X>Create`` / ``<X>Update`` (request 
 datetimes (ISO 8601), durations seconds (``*_s``). A class's name and docstring are its
 OpenAPI schema's.
 
-Imports: pydantic and interstice.wire only: no tables, no FastAPI.
+Imports: pydantic (with pydantic_core, its own core) and interstice.wire only: no tables, no
+FastAPI.
 """

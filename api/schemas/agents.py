@@ -20,13 +20,21 @@ AgentState = Literal["alive", "lost", "left"]
 
 
 class AgentCreate(Request):
-    """A node agent registering (see docs/reference/agent-protocol.md)."""
+    """A node agent registering (see docs/reference/agent-protocol.md).
+
+    Attributes:
+        runs_as_owner: the agent runs a job that names an owner as that owner's account (it
+            runs as root and knows ``job.owner``). An agent that does not say so (an older
+            one drops ``owner`` and would run the job as its own account) gets no job in
+            multi-user mode.
+    """
 
     node: str = NAME
     host: str = Field(min_length=1, max_length=200)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=100)
     devices: list[str] = Field(default_factory=list, max_length=1000)
     report_idle: bool = False
+    runs_as_owner: bool = False
 
 
 class AgentRegistered(BaseModel):
@@ -45,7 +53,12 @@ class AgentRegistered(BaseModel):
 
 
 class AgentPublic(BaseModel):
-    """An agent as admins see it."""
+    """An agent as admins see it.
+
+    Attributes:
+        runs_as_owner: whether the agent said at registration that it runs jobs as their
+            owners; in multi-user mode the node of an agent that did not is never allocated.
+    """
 
     model_config = ConfigDict(from_attributes=True)
 
@@ -58,6 +71,7 @@ class AgentPublic(BaseModel):
     registered_at: datetime
     last_heartbeat_at: datetime | None
     report: dict[str, Any] | None
+    runs_as_owner: bool
 
 
 class AgentsPublic(BaseModel):
@@ -105,9 +119,22 @@ class HeartbeatAnswer(BaseModel):
     state: AgentState
 
 
+class JobOwner(BaseModel):
+    """The Unix account a job runs as.
+
+    Attributes:
+        name: the user name.
+        uid: the user's uid (the agent checks it against the node's passwd entry).
+    """
+
+    name: str
+    uid: int
+
+
 class CommandJob(BaseModel):
     """What an agent needs to run the job (the fields of :class:`JobCreate`, plus its
-    directories). ``entrypoint`` is None when ``command`` is set."""
+    directories and owner). ``entrypoint`` is None when ``command`` is set; ``owner`` is
+    None in single-user mode (the job runs as the agent's account)."""
 
     model: str | None
     parallelism: Parallelism
@@ -122,6 +149,7 @@ class CommandJob(BaseModel):
     nproc_per_node: int | Literal["auto"]
     job_dir: str
     checkpoint_dir: str
+    owner: JobOwner | None = None
 
 
 class CommandPublic(BaseModel):

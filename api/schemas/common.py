@@ -2,6 +2,7 @@
 booleans and NUL refused), times in UTC, bounded integers, node names, and the bodies of
 errors and health probes."""
 
+import re
 from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any, Literal, get_args
@@ -12,26 +13,53 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
+
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+"""The earliest time a request may name."""
+LATEST = datetime(2101, 1, 1, tzinfo=UTC)
+"""The first time past the latest a request may name (years 2000..2100 in UTC)."""
+_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def _iso_text(value: Any) -> Any:
+    # pydantic would read a number (or a string of one) as epoch seconds: the schema says
+    # an ISO 8601 string, and a clock's seconds sent by mistake must not pass as a time
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError(
+            "Input should be an ISO 8601 time such as 2026-01-01T00:00:00Z, not a number "
+            "(epoch seconds are not read)"
+        )
+    return value
 
 
 def _utc_in_range(at: datetime) -> datetime:
-    if not 2000 <= at.year <= 2100:  # the year as written, as the schema's pattern says
-        raise ValueError(f"year {at.year} is outside 2000..2100")
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    # compared as instants, so the offset counts (2100-12-31T23:00-05:00 is 2101 in UTC);
+    # converted only once in range (astimezone overflows at the ends of year 1 and 9999)
+    if not EARLIEST <= at < LATEST:
+        raise ValueError(f"{at.isoformat()} is outside the years 2000..2100 in UTC")
+    return at.astimezone(UTC)
 
 
 UTCTime = Annotated[
     datetime,
+    BeforeValidator(_iso_text),
     AfterValidator(_utc_in_range),
     Field(
-        description="ISO 8601 time; without an offset it is UTC; years 2000..2100",
+        description="ISO 8601 time (a string; a number is refused, not read as epoch "
+        "seconds); without an offset it is UTC; years 2000..2100 in UTC",
         json_schema_extra={"pattern": "^(20[0-9][0-9]|2100)-"},
     ),
 ]
-"""A time in UTC (a time without offset is read as UTC), years 2000..2100 as written."""
+"""A time in UTC (a time without offset is read as UTC), years 2000..2100 in UTC; given as
+an ISO 8601 string (or a :class:`~datetime.datetime`), never as a number."""
 
 
 def _not_a_boolean(value: Any) -> Any:
@@ -45,6 +73,21 @@ def integer(ge: int, le: int) -> Any:
     1/0), and so is a number with a fractional part (``1.5``, ``5e-324``); ``1e6`` is read
     as 1000000. (The bounds sit before the validator so that OpenAPI shows them.)"""
     return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_not_a_boolean)]
+
+
+def integer_or_auto(ge: int, le: int) -> Any:
+    """``"auto"`` or an :func:`integer` in [ge, le], refused with one error in words (pydantic
+    reports one error per member of the union, each named by its inner validators, such as
+    ``function-before[_not_a_boolean(), constrained-int]``)."""
+    words = f"Input should be 'auto' or an integer from {ge} to {le}"
+
+    def one_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("int_or_auto", words) from None
+
+    return Annotated[integer(ge, le) | Literal["auto"], WrapValidator(one_error)]
 
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]+$"

@@ -4,7 +4,8 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from interstice.api.schemas.common import Request, integer
+from interstice.api.schemas.agents import JobOwner
+from interstice.api.schemas.common import Request, integer, integer_or_auto
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from interstice.wire import ENV_FIRST_STEP_DUMP_S, CommandKind, JobState, Parallelism
@@ -108,7 +109,7 @@ class JobCreate(Request):
         max_length=ENV_MAX_VARS,
         json_schema_extra={"propertyNames": {"pattern": ENV_NAME.pattern}},
     )
-    nproc_per_node: integer(1, 1024) | Literal["auto"] = "auto"
+    nproc_per_node: integer_or_auto(1, 1024) = "auto"
 
     @field_validator("command")
     @classmethod
@@ -187,12 +188,15 @@ class JobPublic(BaseModel):
         world_size: nodes of the current generation (the commands' ``world_size``; each
             runs ``nproc_per_node`` worker processes).
         entrypoint: the module run, None when ``command`` is set.
-        job_dir: ``<checkpoint_root>/<job_id>`` on the shared filesystem (mode 0700):
-            checkpoints, final model, logs and metrics of the job.
+        job_dir: ``<checkpoint_root>/<job_id>`` on the shared filesystem (mode 0700;
+            ``<checkpoint_root>/<owner>/<job_id>`` in multi-user mode, made by the owner's
+            processes): checkpoints, final model, logs and metrics of the job.
         checkpoint_dir: ``<job_dir>/checkpoints``.
         error: why the job failed (its workers' or a node's report), else None.
         rescales: its generations, oldest first, with their measured costs.
         errors: commands agents acknowledged with ``ok: false``.
+        owner: the Unix account the job runs as (``name``, ``uid``): the submitter's MUNGE
+            identity or its token's account; null in single-user mode (the agent's account).
     """
 
     job_id: str
@@ -224,6 +228,7 @@ class JobPublic(BaseModel):
     error: str | None
     rescales: list[RescalePublic]
     errors: list[CommandError]
+    owner: JobOwner | None
 
 
 class JobsPublic(BaseModel):

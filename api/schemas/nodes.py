@@ -23,7 +23,9 @@ class NodeEventCreate(Request):
             pending job's planned start, a reservation), after ``at``; None: unknown. The
             node keeps the ``until`` of its newest applied event, so a later event revises
             it and one without ``until`` withdraws it. A forecast only: the node is taken
-            back by a ``busy`` event (a reclaim, with its grace period), never by the clock.
+            back by a ``busy`` event (a reclaim, with its grace period), never by the clock;
+            once it has passed with the node still idle it is stale (``until_stale`` in the
+            node list) and the node's end counts as unknown.
     """
 
     event_id: str = Field(min_length=1, max_length=200)
@@ -103,6 +105,11 @@ class NodePublic(BaseModel):
     until: datetime | None = Field(
         description="When the scheduler expects to need the node back (the ``until`` of its "
         "newest applied event); None: unknown"
+    )
+    until_stale: bool = Field(
+        description="Whether ``until`` has passed while the node is still idle: the forecast "
+        "is stale, and the optimizer reads the node's end as unknown (as if no ``until`` had "
+        "been given) until the scheduler's next event"
     )
     allocatable: bool
     agent: NodeAgentBrief | None

@@ -7,8 +7,8 @@ from pydantic import BaseModel
 
 
 class StatsPublic(BaseModel):
-    """What the service did with the idle nodes from ``since`` to ``until`` (issue 11's
-    measures, named as in the replay's ``report.json``).
+    """What the service did with the idle nodes from ``since`` to ``until`` (the measures
+    named as in the replay's ``report.json``).
 
     Attributes:
         since: start of the window (the first record when not asked for).

@@ -10,6 +10,7 @@ thread (FastAPI's pool, the long-polls' limiter, or for :func:`ack_batch` the ac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -36,10 +37,14 @@ from sqlalchemy.orm import Session
 if TYPE_CHECKING:
     from interstice.api.service import Service
 
+log = logging.getLogger("interstice.api")
+
 
 def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool]:
     """Register (or re-register, same id) the agent of ``body.node``; with ``report_idle``
-    its node becomes idle.
+    its node becomes idle. The agent's ``runs_as_owner`` is kept: in multi-user mode a node
+    whose agent does not run jobs as their owners is not allocatable
+    (:func:`state.allocatable`), and its registration logs a warning saying so.
 
     Returns:
         The answer and whether the agent is new.
@@ -53,6 +58,9 @@ def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool
             session.add(agent)
         was_alive = agent.state == "alive" and not created
         agent.host, agent.ports, agent.devices = body.host, body.ports, body.devices
+        # a node that joins or leaves the multi-user pool: solve again
+        owners_changed = not created and agent.runs_as_owner != body.runs_as_owner
+        agent.runs_as_owner = body.runs_as_owner
         agent.state = "alive"
         agent.last_heartbeat_at = utcnow()
         node = session.get(Node, body.node)
@@ -65,7 +73,9 @@ def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool
             node.state, node.since = "idle", utcnow()
             changes.stale = True
         session.flush()
-        changes.stale = changes.stale or (not was_alive and node.state == "idle")
+        changes.stale = changes.stale or (
+            (not was_alive or owners_changed) and node.state == "idle"
+        )
         answer = AgentRegistered(
             agent_id=agent.agent_id,
             node=agent.node,
@@ -75,6 +85,12 @@ def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool
         number = agent.id
     service.leases.grant(number)
     service.after_commit(changes)
+    if service.settings.multi_user and not body.runs_as_owner:
+        log.warning(
+            "agent of node %s does not run jobs as their owners (an older agent, or one not "
+            "started as root): multi-user mode allocates no job to its node",
+            body.node,
+        )
     return answer, created
 
 

@@ -1,8 +1,10 @@
 """Jobs: submit, list, inspect, cancel, and read a job's metrics series and rank logs.
 
 Functions take the running :class:`~interstice.api.service.Service` and the caller's
-:class:`~interstice.api.auth.tokens.Principal`: a user sees its own jobs, an admin every job. They
-are synchronous (FastAPI runs them in its thread pool).
+:class:`~interstice.api.auth.tokens.Principal`: a user sees its own jobs, an admin every job. A
+caller owns the jobs it submitted and, with a Unix account (MUNGE, or a bound token), the jobs
+that run as that account (multi-user mode), whichever way they were submitted. They are
+synchronous (FastAPI runs them in its thread pool).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from interstice.api.auth.tokens import Principal
 from interstice.api.limits import short
-from interstice.api.schemas.agents import CommandJob
+from interstice.api.schemas.agents import CommandJob, JobOwner
 from interstice.api.schemas.jobs import (
     CommandError,
     JobCreate,
@@ -26,10 +28,10 @@ from interstice.api.schemas.jobs import (
     RescalePublic,
 )
 from interstice.api.services import idempotency, scalability, state
-from interstice.api.services.logs import read_rank_log
+from interstice.api.services.logs import Owned, read_rank_log
 from interstice.api.services.state import ACTIVE_JOB_STATES, Changes, Conflict, NotFound, parse_id
 from interstice.api.store.tables import Agent, Command, Job, JobMetric, Rescale
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from interstice.wire import DEFAULT_ENTRYPOINT, checkpoint_dir, job_dir
@@ -52,6 +54,11 @@ def create_job(
     """Admit a job (queued until the next solve gives it nodes) and create its directory
     ``<checkpoint_root>/<job_id>`` (mode 0700) with ``checkpoints/`` inside.
 
+    In multi-user mode the job's owner is the caller's Unix account (it runs as it), and
+    its directory is ``<checkpoint_root>/<owner>/<job_id>``, which
+    the service does not create: the owner's processes on the nodes do (no process of the
+    service writes into a folder a user controls).
+
     A model of the scalability table is checked against it (only an ``spb`` job may run
     at a depth > 0); any other model (or none) is accepted, at SPB depth 0, and scheduled
     from the default scaling curve until the job's own reported rates replace it.
@@ -64,12 +71,19 @@ def create_job(
 
     Raises:
         Conflict: ``dp`` on a table model without depth 0, ``min_nodes`` above the
-            model's largest measured count, or the job directory cannot be created.
+            model's largest measured count, the job directory cannot be created, or (in
+            multi-user mode) the caller has no Unix account.
         idempotency.KeyReused: the key was used by this token for a different body.
         sqlalchemy.exc.IntegrityError: another replica stored the key since the lookup
             (nothing was written; a second call answers that replica's job).
     """
     changes = Changes(stale=True)
+    multi_user = service.settings.multi_user
+    if multi_user and who.unix_uid is None:
+        raise Conflict(
+            f"multi-user mode: a job runs as a Unix account, and {who.name}'s token is bound "
+            "to none; submit with MUNGE or a token created with --unix-user"
+        )
     with service.db.write() as session:
         if idempotency_key is not None:
             earlier = idempotency.earlier_job(session, who.token_id, idempotency_key, body)
@@ -112,6 +126,8 @@ def create_job(
             spb_depth=min(depths),
             generation=0,
             failed_commands=0,
+            owner_name=who.unix_name if multi_user else None,
+            owner_uid=who.unix_uid if multi_user else None,
         )
         session.add(job)
         session.flush()
@@ -119,18 +135,35 @@ def create_job(
             # stored since the lookup fails this flush, leaving nothing behind
             idempotency.remember(session, who.token_id, idempotency_key, body, job.id)
             session.flush()
-        folder = job_dir(service.settings.checkpoint_root.resolve(), job.job_id)
-        _make_job_dir(folder)
-        job.job_dir = str(folder)
+        root = service.settings.checkpoint_root.resolve()
+        if multi_user:
+            job.job_dir = str(job_dir(root / str(who.unix_name), job.job_id))
+        else:
+            folder = job_dir(root, job.job_id)
+            _make_job_dir(folder)
+            job.job_dir = str(folder)
         public = _job_public(session, job)
     service.after_commit(changes)
     return public, False
 
 
+def _owned_by(who: Principal) -> ColumnElement[bool]:
+    """The jobs ``who`` owns: those it submitted, and those of its Unix account."""
+    mine = Job.owner_token_id == who.token_id
+    return mine if who.unix_uid is None else or_(mine, Job.owner_uid == who.unix_uid)
+
+
+def _owns(who: Principal, job: Job) -> bool:
+    """Whether ``who`` owns ``job`` (:func:`_owned_by`)."""
+    return job.owner_token_id == who.token_id or (
+        who.unix_uid is not None and job.owner_uid == who.unix_uid
+    )
+
+
 def _visible_job(session: Session, who: Principal, job_id: str) -> Job:
     number = parse_id(job_id, "j")
     job = None if number is None else session.get(Job, number)
-    if job is None or (who.role != "admin" and job.owner_token_id != who.token_id):
+    if job is None or (who.role != "admin" and not _owns(who, job)):
         raise NotFound(f"job {short(job_id)} not found")
     return job
 
@@ -143,7 +176,7 @@ def list_jobs(
     with service.db.read() as session:
         query = select(Job)
         if who.role != "admin":
-            query = query.where(Job.owner_token_id == who.token_id)
+            query = query.where(_owned_by(who))
         if job_state is not None:
             query = query.where(Job.state == job_state)
         count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
@@ -204,8 +237,18 @@ def job_log(
         NotFound: unknown or someone else's job, or no log of that rank yet.
     """
     with service.db.read() as session:
-        folder = _visible_job(session, who, job_id).job_dir
-    found = read_rank_log(folder, rank, tail=tail, offset=offset, max_bytes=LOG_READ_MAX_BYTES)
+        job = _visible_job(session, who, job_id)
+        folder, owner_uid = job.job_dir, job.owner_uid
+    found = read_rank_log(
+        folder,
+        rank,
+        tail=tail,
+        offset=offset,
+        max_bytes=LOG_READ_MAX_BYTES,
+        owner=None
+        if owner_uid is None
+        else Owned(service.settings.checkpoint_root.resolve(), owner_uid),
+    )
     if found is None:
         raise NotFound(f"job {job_id} has no log of rank {rank} yet")
     data, start = found
@@ -234,6 +277,9 @@ def command_job(job: Job) -> CommandJob:
         nproc_per_node=_nproc(job.nproc_per_node),  # type: ignore[arg-type]
         job_dir=job.job_dir,
         checkpoint_dir=str(checkpoint_dir(job.job_dir)),
+        owner=None
+        if job.owner_uid is None
+        else JobOwner(name=str(job.owner_name), uid=job.owner_uid),
     )
 
 

@@ -20,8 +20,9 @@ from interstice.api.schemas.nodes import (
 )
 from interstice.api.services import ingest
 from interstice.api.services.state import Changes
-from interstice.api.store.tables import Agent, Node
+from interstice.api.store.tables import Agent, Node, utcnow
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 if TYPE_CHECKING:
     from interstice.api.service import Service
@@ -74,9 +75,23 @@ def _iso(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
+def stale(until: datetime | None, now: datetime) -> bool:
+    """Whether a node's ``until`` (aware UTC; None: none given) has passed at ``now``: a
+    stale forecast, which the optimizer reads as an unknown end (the node stays until its
+    ``busy`` event, and none is due at a known time)."""
+    return until is not None and until <= now
+
+
+def count_stale_forecasts(session: Session, now: datetime) -> int:
+    """Nodes whose ``until`` has passed at ``now`` (:func:`stale`); only idle nodes keep an
+    ``until``."""
+    query = select(func.count()).select_from(Node).where(Node.until <= now)
+    return session.scalar(query) or 0
+
+
 def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
     """A page of nodes with their state, agent and holder, by name; ``allocatable``: idle
-    with an alive agent.
+    with an alive agent; ``until_stale``: its ``until`` has passed (:func:`stale`).
 
     Args:
         service: the running service.
@@ -87,6 +102,7 @@ def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
     Returns:
         The page; ``count`` is every node's, ``next_cursor`` None on the last page.
     """
+    now = utcnow()
     with service.db.read() as session:
         query = select(Node, Agent).outerjoin(Agent, Agent.node == Node.name)
         if cursor is not None:
@@ -99,6 +115,7 @@ def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
                 state=n.state,  # type: ignore[arg-type]
                 since=n.since,
                 until=n.until,
+                until_stale=stale(n.until, now),
                 allocatable=n.state == "idle" and a is not None and a.state == "alive",
                 agent=None if a is None else NodeAgentBrief.model_validate(a),
                 holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from interstice.api.schemas.nodes import NodeHistoryPublic
 from interstice.api.schemas.objective import AuditPublic, AuditsPublic
 from interstice.api.schemas.reports import SolvesPublic, StatsPublic
-from interstice.api.services import history, scalability, state
+from interstice.api.services import history, scalability, state, usage
+from interstice.api.services import nodes as nodes_service
 from interstice.api.services.stats import compute_stats
 from interstice.api.store.tables import Agent, AuditEntry, Job, Node, utcnow
 from sqlalchemy import func, select
@@ -79,7 +80,7 @@ def refresh_gauges(service: Service) -> None:
         nodes = dict(session.execute(select(Node.state, func.count()).group_by(Node.state)).all())
         m.idle_nodes.set(nodes.get("idle", 0))
         m.busy_nodes.set(nodes.get("busy", 0))
-        m.allocatable_nodes.set(len(state.allocatable_nodes(session)))
+        m.allocatable_nodes.set(len(state.allocatable_nodes(session, service.settings.multi_user)))
         m.allocated_nodes.set(
             session.scalar(select(func.count()).where(Node.holder_job_id.is_not(None))) or 0
         )
@@ -87,8 +88,16 @@ def refresh_gauges(service: Service) -> None:
         for job_state in ("queued", "running", "finished", "cancelled", "failed"):
             m.jobs.labels(job_state).set(counts.get(job_state, 0))
         m.pending_commands.set(state.count_pending_commands(session))
+        m.stale_forecasts.set(nodes_service.count_stale_forecasts(session, utcnow()))
         m.agents_alive.set(session.scalar(select(func.count()).where(Agent.state == "alive")) or 0)
+        m.agents_not_as_owner.set(
+            session.scalar(
+                select(func.count()).where(Agent.state == "alive", Agent.runs_as_owner.is_(False))
+            )
+            or 0
+        )
         lifetime = compute_stats(session, scalability.stored(session), None, utcnow())
     for name, gauge in m.lifetime.items():
         value = getattr(lifetime, name)
         gauge.set(math.nan if value is None else value)
+    usage.set_user_gauges(service)

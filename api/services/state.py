@@ -35,7 +35,7 @@ from interstice.api.store.tables import (
 )
 from interstice.optimizer.coverage import COVERAGE_HOLES
 from interstice.optimizer.coverage import forecast_coverage as coverage_of
-from sqlalchemy import Select, and_, bindparam, delete, func, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 ACTIVE_JOB_STATES = ("queued", "running")
@@ -96,13 +96,20 @@ ALLOCATABLE = and_(Node.state == "idle", Agent.state == "alive")
 """A node the optimizer may fill: idle, with an alive agent (``Node`` joined to its ``Agent``)."""
 
 
+def allocatable(multi_user: bool) -> ColumnElement[bool]:
+    """:data:`ALLOCATABLE`, and in multi-user mode only where the agent runs jobs as their
+    owners (``Agent.runs_as_owner``): every job has an owner there, and an agent that does
+    not say so would run it as its own account (root under the Prolog)."""
+    return and_(ALLOCATABLE, Agent.runs_as_owner.is_(True)) if multi_user else ALLOCATABLE
+
+
 @dataclass(frozen=True)
 class NodeView:
     """The nodes as the control loop sees them, from one query (:func:`node_view`).
 
     Attributes:
-        pool: the allocatable nodes (idle, with an alive agent), sorted by name: the pool
-            the optimizer fills.
+        pool: the allocatable nodes (idle, with an alive agent; in multi-user mode one that
+            runs jobs as their owners), sorted by name: the pool the optimizer fills.
         held: the nodes each job holds, by job id, each list sorted by name (allocatable
             or not).
     """
@@ -111,13 +118,15 @@ class NodeView:
     held: dict[int, list[str]]
 
 
-def node_view(session: Session) -> NodeView:
-    """Every node's name, holder and whether it is allocatable, in one query (at 10,000
-    nodes the pool and the holdings read apart cost a solve and its writing 35 ms more).
-    Sorted here, not by the database, whose collation may not be Python's (PostgreSQL's
-    locales)."""
+def node_view(session: Session, multi_user: bool = False) -> NodeView:
+    """Every node's name, holder and whether it is allocatable (:func:`allocatable`), in one
+    query (at 10,000 nodes the pool and the holdings read apart cost a solve and its writing
+    35 ms more). Sorted here, not by the database, whose collation may not be Python's
+    (PostgreSQL's locales)."""
     rows = session.execute(
-        select(Node.name, Node.holder_job_id, ALLOCATABLE).outerjoin(Agent, Agent.node == Node.name)
+        select(Node.name, Node.holder_job_id, allocatable(multi_user)).outerjoin(
+            Agent, Agent.node == Node.name
+        )
     )
     view = NodeView(pool=[], held={})
     for name, holder, in_pool in sorted(rows, key=itemgetter(0)):
@@ -128,19 +137,21 @@ def node_view(session: Session) -> NodeView:
     return view
 
 
-def _allocatable(column: Any) -> Select[Any]:
-    """``column`` of the nodes that are idle and have an alive agent."""
-    return select(column).join(Agent, Agent.node == Node.name).where(ALLOCATABLE)
+def _allocatable(column: Any, multi_user: bool) -> Select[Any]:
+    """``column`` of the :func:`allocatable` nodes."""
+    return select(column).join(Agent, Agent.node == Node.name).where(allocatable(multi_user))
 
 
-def allocatable_nodes(session: Session) -> list[str]:
-    """Nodes that are idle and have an alive agent: the pool the optimizer fills, sorted."""
-    return sorted(session.scalars(_allocatable(Node.name)))
+def allocatable_nodes(session: Session, multi_user: bool = False) -> list[str]:
+    """The :func:`allocatable` nodes: the pool the optimizer fills, sorted."""
+    return sorted(session.scalars(_allocatable(Node.name, multi_user)))
 
 
-def allocatable_untils(session: Session) -> dict[str, datetime]:
+def allocatable_untils(session: Session, multi_user: bool = False) -> dict[str, datetime]:
     """The scheduler's ``until`` of the :func:`allocatable_nodes` that have one, by name."""
-    query = _allocatable(Node.name).add_columns(Node.until).where(Node.until.is_not(None))
+    query = (
+        _allocatable(Node.name, multi_user).add_columns(Node.until).where(Node.until.is_not(None))
+    )
     return {name: until for name, until in session.execute(query)}
 
 
@@ -158,14 +169,14 @@ def forecast_coverage(session: Session) -> float | None:
     return coverage_of(session.scalars(query))
 
 
-def median_idle_since(session: Session, pool_size: int) -> list[datetime]:
+def median_idle_since(session: Session, pool_size: int, multi_user: bool = False) -> list[datetime]:
     """The middle of :func:`allocatable_nodes`' idle-since times, ``pool_size`` of them:
     one time for an odd size, the two middle ones for an even size (their median is the
     pool's), none for 0. Sorted and picked by the database: converting 5,000 timestamps
     to Python cost each solve 15 ms."""
     if pool_size <= 0:
         return []
-    middle = _allocatable(Node.since).order_by(Node.since).offset((pool_size - 1) // 2)
+    middle = _allocatable(Node.since, multi_user).order_by(Node.since).offset((pool_size - 1) // 2)
     return list(session.scalars(middle.limit(2 - pool_size % 2)))
 
 

@@ -1,4 +1,4 @@
-"""The admin's measures of how the idle nodes were used (issue 11), from the durable state:
+"""The admin's measures of how the idle nodes were used, from the durable state:
 idle time from the scheduler's node events, held time from the jobs' rescale records,
 samples from the jobs and their metrics series, learned rates for models outside the table.
 """

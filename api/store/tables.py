@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -49,7 +50,13 @@ class Base(DeclarativeBase):
 
 
 class Token(Base):
-    """A bearer token: only its sha256 hash is stored."""
+    """A bearer token: only its sha256 hash is stored. ``unix_name``/``unix_uid``: the Unix
+    account a user token is bound to (None: unbound, single-user mode).
+
+    A MUNGE principal (one row per uid that called with a MUNGE credential, so its jobs and
+    idempotency keys have a principal as a token's do) stores ``munge:<uid>`` as its hash,
+    which no token hashes to (a sha256 hex digest has no colon).
+    """
 
     __tablename__ = "tokens"
 
@@ -60,6 +67,8 @@ class Token(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+    unix_name: Mapped[str | None] = mapped_column(String(64))
+    unix_uid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Job(Base):
@@ -69,6 +78,8 @@ class Job(Base):
     and ``last_loss`` come from the newest heartbeat that advanced the step.
     ``generation_step`` is the step of the current generation's first report (None before
     it): reports beyond it are rate observations and end the generation's rescale cost.
+    ``owner_name``/``owner_uid``: the Unix account the job runs as (None: single-user mode,
+    the agent's account); ``owner_token_id`` the token or MUNGE principal that submitted it.
     """
 
     __tablename__ = "jobs"
@@ -101,6 +112,8 @@ class Job(Base):
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     last_loss: Mapped[float | None] = mapped_column(Float)
     generation_step: Mapped[int | None] = mapped_column(BigInteger)
+    owner_name: Mapped[str | None] = mapped_column(String(64))
+    owner_uid: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
     @property
     def job_id(self) -> str:
@@ -173,6 +186,8 @@ class Agent(Base):
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat_at: Mapped[datetime | None]
     report: Mapped[dict[str, Any] | None]
+    # it said at its newest registration that it runs jobs as their owners
+    runs_as_owner: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     @property
     def agent_id(self) -> str:

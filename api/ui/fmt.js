@@ -10,6 +10,8 @@ export function el(tag, attrs = {}, ...children) {
     if (key === "class") node.className = value;
     else if (key === "text") node.textContent = value;
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    // through the CSSOM: the page's Content-Security-Policy refuses style attributes
+    else if (key === "style") node.style.cssText = value;
     else node.setAttribute(key, value);
   }
   for (const child of children.flat()) {

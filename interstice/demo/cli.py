@@ -16,12 +16,12 @@ from typing import Annotated
 
 import typer
 
-from interstice.data import TRACE_FILE, data_dir
+from interstice.data import SYNTHETIC_TRACE, TRACE_FILE, demo_trace
 from interstice.errors import fail
 
 MAX_AGENTS = 16
 MAX_VIRTUAL_NODES = 4000
-"""Simulated agents on top of the real ones (the trace has 4,734 nodes)."""
+"""Simulated agents on top of the real ones (the Summit trace has 4,734 nodes)."""
 
 
 def demo(
@@ -44,7 +44,11 @@ def demo(
         ),
     ] = "0",
     jobs: Annotated[
-        str, typer.Option(help="Example jobs to submit, comma-separated (examples/NAME.toml).")
+        str,
+        typer.Option(
+            help="Jobs to submit, comma-separated: example names (examples/NAME.toml) or job "
+            "files (a path ending in .toml or holding a /)."
+        ),
     ] = "digits,charlm",
     port: Annotated[
         str, typer.Option(metavar="INT", help="The service's port; 0: a free one.")
@@ -57,17 +61,28 @@ def demo(
     ] = "15",
     trace: Annotated[
         Path | None,
-        typer.Option(help=f"Node-state trace (default: the data folder's {TRACE_FILE})."),
+        typer.Option(
+            help=f"Node-state trace (default: the data folder's {TRACE_FILE}, else the "
+            "synthetic trace the package ships)."
+        ),
+    ] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Keep the jobs' folders (checkpoints, logs, final models) in DIR, new or "
+            "empty, rather than delete them at the end.",
+        ),
     ] = None,
 ) -> None:
-    """Start the service, real agents, a scheduler replaying the Summit trace and the example
-    jobs on this machine; show them live; stop it all after --duration-s or on Ctrl-C.
+    """Start the service, real agents, a scheduler replaying the Summit trace (without it, the
+    synthetic trace the package ships) and the example jobs on this machine; show them live;
+    stop it all after --duration-s or on Ctrl-C.
 
-    The last line printed is the summary as JSON. Exit code 0 on a clean run, 1 when a part failed on the way, 2 on bad flags or a missing trace.
+    The first line says which trace it replays. The last line printed is the summary as JSON. Exit code 0 on a clean run, 1 when a part failed on the way, 2 on bad flags or a missing trace.
     """  # noqa: E501 (one paragraph of --help)
-    from interstice.demo.session import EXAMPLES, DemoOptions
+    from interstice.demo.session import DemoOptions
 
-    names = tuple(name.strip() for name in jobs.split(",") if name.strip())
     agents, virtual_nodes, port, seed = (
         whole(text, flag)
         for text, flag in (
@@ -85,8 +100,6 @@ def demo(
             (grace_s, "--grace-s"),
         )
     )
-    if not names:
-        fail("--jobs names no example job")
     if not 1 <= agents <= MAX_AGENTS:
         fail(f"--agents must be in 1..{MAX_AGENTS}, got {agents}")
     if not 0 < speedup <= 3600:
@@ -99,20 +112,82 @@ def demo(
         fail(f"--port must be in 0..65535, got {port}")
     if not 0 <= grace_s <= 3600:
         fail(f"--grace-s must be in [0, 3600], got {grace_s}")
-    for name in names:
-        if not (EXAMPLES / f"{name}.toml").is_file():
-            known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.toml")))
-            fail(f"--jobs: no example job {name!r} (examples: {known})")
-    trace = trace or data_dir() / TRACE_FILE
+    files = job_files(jobs)
+    trace = trace or demo_trace()
     if not trace.is_file():
         fail(
             f"the Summit node-state trace {trace} is absent: put {TRACE_FILE} there, set "
             "$INTERSTICE_DATA_DIR to its folder or give --trace"
         )
     options = DemoOptions(
-        agents, speedup, duration_s, virtual_nodes, names, port, seed, grace_s, str(trace)
+        agents,
+        speedup,
+        duration_s,
+        virtual_nodes,
+        files,
+        port,
+        seed,
+        grace_s,
+        str(trace.resolve()),
+        trace.resolve() == SYNTHETIC_TRACE.resolve(),
+        None if keep is None else str(keep_folder(keep)),
     )
     raise typer.Exit(code=supervise(json.dumps(asdict(options))))
+
+
+def job_files(spec: str) -> tuple[str, ...]:
+    """``--jobs``' items as job files: an example's name (``examples/<name>.toml`` of the
+    installed package), or the path of a TOML job file (``interstice job submit``'s format).
+
+    Returns:
+        Absolute paths, one per item, in order.
+
+    Raises:
+        typer.Exit: (code 2, one line) no item, an unknown example, a missing file, or a
+            file that is not a valid job.
+    """
+    from interstice.client_cli import read_job_file, validate_job
+    from interstice.demo.session import EXAMPLES
+
+    files = []
+    for item in filter(None, (item.strip() for item in spec.split(","))):
+        if item.endswith(".toml") or "/" in item:
+            path = Path(item).expanduser()
+            if not path.exists():
+                fail(f"--jobs: no job file {item}")
+            if not path.is_file():
+                fail(f"--jobs: {item} is not a file")
+            validate_job(read_job_file(path), f"--jobs {item}")
+            files.append(str(path.resolve()))
+        elif (EXAMPLES / f"{item}.toml").is_file():
+            files.append(str(EXAMPLES / f"{item}.toml"))
+        else:
+            known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.toml")))
+            fail(f"--jobs: no example job {item!r} (examples: {known}; a job file: a path)")
+    if not files:
+        fail("--jobs names no job")
+    return tuple(files)
+
+
+def keep_folder(path: Path) -> Path:
+    """``--keep``'s folder, created if new; its absolute path.
+
+    Raises:
+        typer.Exit: (code 2, one line) not a folder, not empty (the run's job folders, named
+            by job id, would mix with what is there), or not creatable or writable.
+    """
+    path = path.expanduser().absolute()
+    try:
+        if path.exists() and not path.is_dir():
+            fail(f"--keep {path}: not a folder")
+        if path.is_dir() and any(path.iterdir()):
+            fail(f"--keep {path}: not empty")
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--keep {path}: {exc.strerror or exc}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        fail(f"--keep {path}: not writable")
+    return path
 
 
 def whole(text: str, flag: str) -> int:

@@ -20,7 +20,7 @@ class Copy:
 
     Attributes:
         job_id: the service's id (``j-N``).
-        name: the example (``examples/<name>.toml``).
+        name: the job file it was submitted from (an example's: ``examples/<name>.toml``).
         stream: which of the run's examples it continues (its place in ``--jobs``, so that
             an example named twice runs twice at a time).
         submitted_s: seconds into the run when it was submitted.
@@ -37,7 +37,7 @@ class ExampleJobs:
     """The example jobs of one run and their copies.
 
     Attributes:
-        submit: submits ``examples/<name>.toml``; its job id.
+        submit: submits a job file (its path); the job's id.
         duration_s: the run's length, seconds.
         copies: every copy submitted so far, oldest first.
     """
@@ -48,11 +48,11 @@ class ExampleJobs:
 
     @property
     def names(self) -> dict[str, str]:
-        """``{job_id: example name}`` of every copy."""
+        """``{job_id: job file}`` of every copy."""
         return {copy.job_id: copy.name for copy in self.copies}
 
     def start(self, names: Iterable[str]) -> list[Copy]:
-        """Submit one copy of each example at the run's start; the copies."""
+        """Submit one copy of each job file at the run's start; the copies."""
         return [self.add(name, stream, 0.0) for stream, name in enumerate(names)]
 
     def update(self, jobs: list[dict[str, Any]], elapsed_s: float) -> list[Copy]:

@@ -33,6 +33,7 @@ from rich.live import Live
 import interstice.examples
 from interstice.agents.local_cluster import ROLES, LocalCluster
 from interstice.client_cli import read_job_file
+from interstice.data import TRACE_FILE
 from interstice.demo.jobs import ExampleJobs
 from interstice.demo.plan import ReplayPlan, plan_replay
 from interstice.demo.scheduler import SchedulerStandIn
@@ -76,11 +77,14 @@ class DemoOptions:
         speedup: trace seconds per real second.
         duration_s: real seconds of replay.
         virtual_nodes: simulated agents.
-        jobs: example job names (``examples/<name>.toml``).
+        jobs: the job files to submit (absolute paths; an example's is
+            ``examples/<name>.toml``), each shown by its name without ``.toml``.
         port: the service's port; 0: a free one.
         seed: draws the trace window among the best.
         grace_s: grace of every reclaim, seconds.
         trace: the node-state trace file.
+        synthetic: whether ``trace`` is the synthetic one the package ships.
+        keep: the folder the job folders move to at the end; None: they are deleted.
     """
 
     agents: int
@@ -92,6 +96,8 @@ class DemoOptions:
     seed: int
     grace_s: float
     trace: str
+    synthetic: bool = False
+    keep: str | None = None
 
 
 class Descendants:
@@ -176,10 +182,41 @@ def start_service(cluster: LocalCluster, db_url: str, port: int) -> None:
     cluster._start_service(db_url, port, START_TIMEOUT_S)
 
 
-def submit_example(cluster: LocalCluster, name: str) -> str:
-    """Submit ``examples/<name>.toml`` as the user; the job's id."""
-    document = read_job_file(EXAMPLES / f"{name}.toml")
+def submit_job_file(cluster: LocalCluster, path: str) -> str:
+    """Submit the job file ``path`` as the user; the job's id."""
+    document = read_job_file(Path(path))
     return cluster.request("user", "POST", "/v1/jobs", json=document)["job_id"]
+
+
+def job_name(path: str) -> str:
+    """How the demo shows a job file: its name without ``.toml``."""
+    return Path(path).stem
+
+
+def trace_lines(options: DemoOptions) -> list[str]:
+    """The run's first lines: which trace it replays and, for the synthetic one, how to give
+    it the real one."""
+    if Path(options.trace).name == TRACE_FILE:
+        return [f"Trace: Summit's, real (BFTrainer's public replay data): {options.trace}"]
+    if not options.synthetic:
+        return [f"Trace: {options.trace}"]
+    return [
+        "Trace: SYNTHETIC, shipped with interstice and drawn to match the Summit trace's "
+        f"published idle figures: {options.trace}",
+        f"For the real Summit trace ({TRACE_FILE}): give --trace FILE or set "
+        "$INTERSTICE_DATA_DIR to its folder (docs/demo.md says where it comes from).",
+    ]
+
+
+def keep_job_folders(checkpoint_root: Path, keep: Path) -> None:
+    """Move every job folder (``<checkpoint_root>/<job_id>``) into ``keep``.
+
+    Raises:
+        OSError: a move failed (what was not moved stays under ``checkpoint_root``).
+    """
+    if checkpoint_root.is_dir():
+        for folder in sorted(checkpoint_root.iterdir()):
+            shutil.move(folder, keep / folder.name)
 
 
 class Demo:
@@ -220,19 +257,29 @@ class Demo:
         outcomes = []
         if self.scheduler is not None and self.db_url:
             outcomes = reclaim_outcomes(self.db_url, self.scheduler.reclaims)
+        kept = None
+        if self.options.keep is not None:
+            try:
+                keep_job_folders(self.root / "checkpoints", Path(self.options.keep))
+                kept = self.options.keep
+            except OSError as error:  # the run's folder is then kept whole, below
+                self.error = self.error or f"keeping the job folders: {error}"
         summary = final_summary(
             machine=machine(),
             duration_s=self.replayed_s,
             speedup=self.options.speedup,
             grace_s=self.options.grace_s,
+            trace=self.options.trace,
+            synthetic=self.options.synthetic,
             trace_window=str(self.plan.window_start) if self.plan else "-",
             real_nodes=list(self.plan.nodes) if self.plan else [],
             virtual_nodes=self.options.virtual_nodes,
             jobs=jobs,
-            job_names=self.jobs.names if self.jobs else {},
+            job_names=self.job_names(),
             stats=stats,
             outcomes=outcomes,
             processes_left=processes_left,
+            kept=kept,
             error=self.error,
         )
         self.console.print(summary_table(summary))
@@ -243,10 +290,16 @@ class Demo:
         print(json.dumps(summary), flush=True)
         return 0 if self.error is None else 1
 
+    def job_names(self) -> dict[str, str]:
+        """``{job_id: name}`` of every job the run submitted."""
+        return {} if self.jobs is None else {k: job_name(v) for k, v in self.jobs.names.items()}
+
     def start(self) -> None:
         """Plan, then start the service, the agents and the jobs."""
         options = self.options
-        with self.console.status("Reading the Summit node-state trace..."):
+        for line in trace_lines(options):  # one line each, even into a file
+            self.console.print(line, markup=False, soft_wrap=True)
+        with self.console.status("Reading the node-state trace..."):
             trace = load_trace(Path(options.trace))
             self.plan = plan_replay(
                 trace,
@@ -260,9 +313,12 @@ class Demo:
         self.check_stop()
         taken = set(self.plan.nodes)
         virtual_nodes = [str(n) for n in trace.node_names if n not in taken]
+        # a trace smaller than the simulated machine: named nodes of its own beyond it
+        virtual_nodes += [f"sim{i:04d}" for i in range(options.virtual_nodes - len(virtual_nodes))]
         virtual_nodes = virtual_nodes[: options.virtual_nodes]
         self.console.print(
-            f"Replaying {options.duration_s:g} s = {self.plan.window_s / 3600:.1f} h of Summit "
+            f"Replaying {options.duration_s:g} s = {self.plan.window_s / 3600:.1f} h of the "
+            f"{'synthetic' if options.synthetic else 'Summit'} trace "
             f"from {self.plan.window_start} at {options.speedup:g}x on nodes "
             f"{', '.join(self.plan.nodes)} ({self.plan.usable_reclaims} usable reclaims)"
         )
@@ -300,9 +356,11 @@ class Demo:
                 f"{self.cluster.heartbeat_s:g} s"
             )
         cluster = self.cluster
-        self.jobs = ExampleJobs(lambda name: submit_example(cluster, name), options.duration_s)
+        self.jobs = ExampleJobs(lambda path: submit_job_file(cluster, path), options.duration_s)
         copies = self.jobs.start(options.jobs)
-        self.console.print("Submitted " + ", ".join(f"{c.name} as {c.job_id}" for c in copies))
+        self.console.print(
+            "Submitted " + ", ".join(f"{job_name(c.name)} as {c.job_id}" for c in copies)
+        )
         self.scheduler = SchedulerStandIn(
             self.plan,
             lambda events: self.cluster.request(
@@ -393,7 +451,7 @@ class Demo:
             real_nodes=list(self.plan.nodes),
             virtual_nodes=self.options.virtual_nodes,
             jobs=jobs,
-            job_names=self.jobs.names,
+            job_names=self.job_names(),
             events_posted=self.scheduler.posted,
             reclaims=len(self.scheduler.reclaims),
         )

@@ -57,7 +57,7 @@ def live_view(
     real = node_counts(nodes, set(real_nodes))
     head = Text.assemble(
         ("interstice demo ", "bold"),
-        f"{elapsed_s:5.0f}/{duration_s:.0f} s   Summit trace at {trace_time}   ",
+        f"{elapsed_s:5.0f}/{duration_s:.0f} s   trace at {trace_time}   ",
         f"events {events_posted}   reclaims {reclaims}",
     )
     node_line = Text.assemble(
@@ -151,6 +151,8 @@ def final_summary(
     duration_s: float,
     speedup: float,
     grace_s: float,
+    trace: str,
+    synthetic: bool,
     trace_window: str,
     real_nodes: list[str],
     virtual_nodes: int,
@@ -159,9 +161,14 @@ def final_summary(
     stats: dict[str, Any] | None,
     outcomes: list[ReclaimOutcome],
     processes_left: int,
+    kept: str | None,
     error: str | None,
 ) -> dict[str, Any]:
-    """The run's summary, one JSON-able mapping (the demo's last output line)."""
+    """The run's summary, one JSON-able mapping (the demo's last output line).
+
+    ``trace`` is the replayed trace file (``synthetic``: the one the package ships); ``kept``
+    the folder holding the job folders at the end, None when they were deleted.
+    """
     release_s = [o.release_s for o in outcomes if o.release_s is not None]
     jobs = sorted(jobs, key=lambda job: int(job["job_id"].split("-")[1]))
 
@@ -174,6 +181,8 @@ def final_summary(
         "duration_s": round(duration_s, 1),
         "speedup": speedup,
         "grace_s": grace_s,
+        "trace": trace,
+        "synthetic_trace": synthetic,
         "trace_window_start": trace_window,
         "nodes": real_nodes,
         "virtual_nodes": virtual_nodes,
@@ -201,6 +210,7 @@ def final_summary(
         ),
         "utilization": None if stats is None else rounded(stats["utilization"], 3),
         "processes_left": processes_left,
+        "job_folders": kept,
         "error": error,
     }
 
@@ -221,9 +231,10 @@ def summary_table(summary: dict[str, Any]) -> Table:
         return f"{harvested:.0f} / {idle:.0f}{share}"
 
     trace_h = summary["duration_s"] * summary["speedup"] / 3600
+    trace = "synthetic" if summary["synthetic_trace"] else "Summit"
     rows = [
         ("machine", summary["machine"]),
-        ("replayed", f"{summary['duration_s']:.0f} s = {trace_h:.1f} h of the Summit trace "
+        ("replayed", f"{summary['duration_s']:.0f} s = {trace_h:.1f} h of the {trace} trace "
          f"from {summary['trace_window_start']} at {summary['speedup']:g}x"),
         ("nodes", f"{len(summary['nodes'])} real ({', '.join(summary['nodes'])}), "
          f"{summary['virtual_nodes']} simulated"),
@@ -237,6 +248,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
         ("harvested / idle node-seconds",
          node_seconds(summary["harvested_node_s"], summary["idle_node_s"])),
         ("processes left", str(summary["processes_left"])),
+        ("job folders", f"kept in {summary['job_folders']}" if summary["job_folders"]
+         else "deleted (--keep DIR keeps them)"),
     ]  # fmt: skip
     if summary["error"]:
         rows.append(("error", summary["error"]))

@@ -1,4 +1,4 @@
-"""Forecasts from Slurm's plan (agents/slurm/plan.py, issue 23): captured ``squeue --start``
+"""Forecasts from Slurm's plan (agents/slurm/plan.py): captured ``squeue --start``
 and ``scontrol show res -o`` output, N/A and (null) before the backfill pass, the earliest
 start per node, and which events a pass posts (new, revised, withdrawn, nothing) against a
 stand-in service."""

@@ -11,7 +11,7 @@ the shipped slurm.conf fragment, Prolog, Epilog and placeholder job against the 
    service shows the agent left and the node not allocatable, and the batch job starts only
    after that (the Epilog holds the node until the agent is gone).
 
-And Slurm's plan as forecasts (issue 23), on two nodes: a batch job runs on ``n1`` with a
+And Slurm's plan as forecasts, on two nodes: a batch job runs on ``n1`` with a
 time limit, the placeholder on ``n2``; a two-node batch job waits behind the first, so the
 backfill planner gives it a StartTime on ``n[1-2]``. ``interstice slurm fill --server``
 running every second posts ``n2``'s ``until`` equal to that StartTime (``n1`` is Slurm's,

@@ -13,6 +13,7 @@ from api_helpers import Api, start_job
 from interstice.api.agent_fast_path import AgentFastPath
 from interstice.api.limits import BodyLimit
 from interstice.api.metrics import RequestLatency
+from interstice.api.security_headers import SecurityHeaders
 
 
 @pytest.fixture
@@ -41,10 +42,16 @@ def _request(api: Api, kind: str, agent: str, scheme: str = "Bearer", **kwargs: 
 
 
 def test_the_documented_middleware_and_no_dependency_solving(api: Api, solves) -> None:
-    """The stack is BodyLimit, RequestLatency, AgentFastPath (outermost first: the fast
-    answers are limited and measured as the routes' are), and a quiet agent's three
+    """The stack is SecurityHeaders, BodyLimit, RequestLatency, AgentFastPath (outermost
+    first: the fast answers carry the same headers, and are limited and measured as the
+    routes' are), and a quiet agent's three
     requests reach no route: no dependency is solved for them."""
-    assert [m.cls for m in api.app.user_middleware] == [BodyLimit, RequestLatency, AgentFastPath]
+    assert [m.cls for m in api.app.user_middleware] == [
+        SecurityHeaders,
+        BodyLimit,
+        RequestLatency,
+        AgentFastPath,
+    ]
     agent = api.register("n1")
     solves.clear()
     for kind in ("poll", "commands", "heartbeat"):

@@ -43,6 +43,7 @@ def test_a_job_starts_on_every_idle_node_with_one_rendezvous(api) -> None:
             "nproc_per_node": "auto",
             "job_dir": job_dir,
             "checkpoint_dir": f"{job_dir}/checkpoints",
+            "owner": None,  # single-user mode: the agent runs it under its own account
         }
     shown = api.job(job["job_id"])
     assert (shown["state"], shown["nodes"], shown["world_size"]) == ("running", ["n1", "n2"], 2)

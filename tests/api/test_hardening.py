@@ -1,4 +1,4 @@
-"""What an outside test of the running service found (issue 13), each kept as a test: body
+"""What an outside test of the running service found, each kept as a test: body
 limits (413), non-finite and boolean numbers (422), node events ordered by ``at``,
 ``Idempotency-Key`` on job submission, short 422 quotes, allocatable nodes counted apart,
 a clean shutdown with long-polls open, rules shown in the OpenAPI schema, ``Allow`` on 405.
@@ -33,6 +33,7 @@ def _raw(api: Api, method: str, path: str, role: str, text: str) -> httpx.Respon
 # --- body limits ---------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("method", "path", "role", "limit"),
     [
@@ -80,6 +81,7 @@ def test_a_chunked_body_under_the_limit_is_read(api: Api) -> None:
 EVENT = '{"events": [{"event_id": "e", "node": "n", "state": "busy", "at": "2026-01-01T00:00:00Z", "grace_s": %s}]}'  # noqa: E501
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e309"])
 @pytest.mark.parametrize(
     ("method", "path", "role", "template", "field"),
@@ -133,6 +135,7 @@ def test_non_finite_numbers_in_a_heartbeat_are_422(api: Api) -> None:
         assert r.status_code == 422, raw
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("method", "path", "role", "body", "field"),
     [
@@ -288,6 +291,7 @@ def test_a_key_stored_by_another_replica_meanwhile_answers_its_job(
     assert [p.name for p in Path(first["job_dir"]).parent.iterdir()] == [first["job_id"]]
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("bad", ["", "x" * 201, "has space", "ünicode"])
 def test_a_malformed_key_is_422(api: Api, bad: str) -> None:
     r = api.call(
@@ -329,6 +333,7 @@ def test_a_node_no_agent_serves_is_idle_but_not_allocatable(api: Api) -> None:
 # --- 405 -----------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [

@@ -1,4 +1,4 @@
-"""What an outside test of the running service found (issue 24), each kept as a test, on
+"""What a second outside test of the running service found, each kept as a test, on
 SQLite and on PostgreSQL: a NUL character in any text field is a 422 naming it (PostgreSQL
 cannot store one: it was a 500), a large scalability table is parsed in linear time and
 refused above the models cap, a superseded node event says it changed nothing, a 404
@@ -168,6 +168,7 @@ def test_a_table_over_the_models_cap_is_422_naming_it(api: Api) -> None:
     assert api.call("GET", "/v1/scalability", "admin").json()["rows"] == 8  # unchanged
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("csv", "message"),
     [
@@ -300,6 +301,7 @@ def test_a_cluster_under_the_default_is_one_page(api: Api) -> None:
     assert NODES_PAGE_DEFAULT == 1000
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("params", "loc", "message"),
     [

@@ -1,4 +1,4 @@
-"""Node events in bulk (issue 13): a large batch is applied chunk by chunk, a reclaim posted
+"""Node events in bulk: a large batch is applied chunk by chunk, a reclaim posted
 meanwhile is applied between two chunks, a conflicting ``event_id`` anywhere in a batch
 refuses all of it, and the write lock is granted first come, first served."""
 

@@ -44,11 +44,13 @@ def test_a_submitted_job_is_queued_with_defaults(api) -> None:
         "error": None,
         "rescales": [],
         "errors": [],
+        "owner": None,  # single-user mode
     }
     assert {k: job[k] for k in expected} == expected
     assert set(job) == set(expected) | {"job_id", "submitted_at"}
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("body", "errors"),
     [

@@ -3,14 +3,24 @@ new names (batch_size -> global_batch_size, checkpoint_dir -> job_dir, total_sam
 integer), the new columns get their defaults, and the downgrade restores 0001's schema.
 Migration 0005 on one written by 0004: stored node events count as applied. Migration 0006:
 nodes and stored events get no forecast (``until`` None), and the downgrade drops it.
-Migration 0007: older idle intervals count in no forecast coverage (``forecast`` None)."""
+Migration 0007: older idle intervals count in no forecast coverage (``forecast`` None).
+Migration 0008: existing tokens are unbound, existing jobs have no Unix owner and existing
+agents did not say they run jobs as their owners."""
 
 from __future__ import annotations
 
 from alembic import command
 from interstice.api.services import state
 from interstice.api.store import db as database
-from interstice.api.store.tables import IdleInterval, Job, Node, NodeEvent, Rescale
+from interstice.api.store.tables import (
+    Agent,
+    IdleInterval,
+    Job,
+    Node,
+    NodeEvent,
+    Rescale,
+    Token,
+)
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session
 
@@ -114,4 +124,41 @@ def test_0007_counts_older_idle_intervals_in_no_coverage(db_url: str) -> None:
         assert state.forecast_coverage(session) is None
     _migrate(engine, "0006_node_until", down=True)
     assert "forecast" not in {c["name"] for c in inspect(engine).get_columns("idle_intervals")}
+    engine.dispose()
+
+
+def test_0008_leaves_tokens_unbound_and_jobs_without_a_unix_owner(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0007_idle_interval_forecast",
+        "INSERT INTO tokens (id, name, role, token_sha256, created_at) "
+        "VALUES (1, 'u', 'user', 'x', '2026-01-01 00:00:00')",
+        "INSERT INTO jobs (id, owner_token_id, state, model, min_nodes, max_nodes, "
+        "total_samples, samples_done, priority, parallelism, global_batch_size, rescale_up_s, "
+        "rescale_down_s, entrypoint, command, workdir, env, nproc_per_node, job_dir, "
+        "spb_depth, generation, failed_commands, submitted_at) VALUES (1, 1, 'queued', "
+        "'tinycnn', 1, 2, 1000, 0, 1, 'dp', 32, 18, 12, NULL, NULL, NULL, '{}', 'auto', "
+        "'/c/j-1', 0, 0, 0, '2026-01-01 00:00:00')",
+        "INSERT INTO agents (id, node, host, ports, devices, state, registered_at) "
+        "VALUES (1, 'n1', 'h', '[]', '[]', 'alive', '2026-01-01 00:00:00')",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        assert session.get_one(Agent, 1).runs_as_owner is False
+        job = session.get_one(Job, 1)
+        assert (job.owner_token_id, job.owner_name, job.owner_uid) == (1, None, None)
+        token = session.get_one(Token, 1)
+        assert (token.unix_name, token.unix_uid) == (None, None)
+        token.unix_name, token.unix_uid = "alice", 2**31 + 5  # uids above a signed int32
+        job.owner_name, job.owner_uid = "alice", 2**31 + 5
+        session.commit()
+    with Session(engine) as session:
+        assert session.get_one(Job, 1).owner_uid == 2**31 + 5
+    _migrate(engine, "0007_idle_interval_forecast", down=True)
+    tables = ("jobs", "tokens", "agents")
+    columns = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in tables}
+    assert "runs_as_owner" not in columns["agents"]
+    assert not {"owner_name", "owner_uid"} & columns["jobs"]
+    assert not {"unix_name", "unix_uid"} & columns["tokens"]
+    assert "ix_jobs_owner_uid" not in {i["name"] for i in inspect(engine).get_indexes("jobs")}
     engine.dispose()

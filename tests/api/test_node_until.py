@@ -1,4 +1,4 @@
-"""Node events' ``until`` (issue 23): when the scheduler expects to need an idle node back.
+"""Node events' ``until``: when the scheduler expects to need an idle node back.
 
 Refused (422 naming ``until``) when not after ``at`` or on a ``busy`` event; kept per node
 from its newest applied event, so a later event revises it and one without it withdraws it;
@@ -46,6 +46,7 @@ def _untils(api: Api) -> dict[str, str | None]:
     return {n["name"]: n["until"] for n in api.nodes()}
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("until_s", "fields"),
     [(0, {}), (-60, {}), (600, {"state": "busy"})],
@@ -98,13 +99,14 @@ def test_a_retry_with_another_until_is_a_conflict(api: Api) -> None:
 
 
 def test_the_seconds_left_reach_the_problem(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    for node in ("n1", "n2", "n3"):
+    for node in ("n1", "n2", "n3", "n4"):
         api.register(node)
     r = _post(
         api,
         _event("e1", "n1", -60, 600),  # 600 s left at T0
-        _event("e2", "n2", -120, -30),  # its end has passed: 0 s left, still idle
-        _event("e3", "n3", -60, None),  # unknown: not in the forecasts
+        _event("e2", "n2", -60, 1200),
+        _event("e3", "n3", -120, -30),  # its end has passed: stale, unknown as if not given
+        _event("e4", "n4", -60, None),  # unknown: not in the forecasts
     )
     assert r.status_code == 200, r.text
     api.submit(min_nodes=1, max_nodes=3)
@@ -112,10 +114,10 @@ def test_the_seconds_left_reach_the_problem(api: Api, monkeypatch: pytest.Monkey
     built = loop.build_problem(api.app.state.service)
     assert built is not None
     problem, _ = built
-    assert problem.idle_nodes == ("n1", "n2", "n3")
-    assert problem.idle_forecast_s == {"n1": 600.0, "n2": 0.0}
+    assert problem.idle_nodes == ("n1", "n2", "n3", "n4")
+    assert problem.idle_forecast_s == {"n1": 600.0, "n2": 1200.0}
     # no idle interval has ended: the pool's share with a forecast stands for the coverage
-    assert problem.forecast_coverage == pytest.approx(2 / 3)
+    assert problem.forecast_coverage == pytest.approx(2 / 4)
     assert not problem.forecasts_used  # below the default 0.9
 
 
@@ -128,16 +130,65 @@ def test_no_forecast_gives_none(api: Api) -> None:
     assert built[0].idle_forecast_s is None
 
 
-def test_idle_forecast_s_clips_a_past_end_at_zero() -> None:
-    untils = {"a": T0 + timedelta(seconds=90.5), "b": T0 - timedelta(seconds=5)}
-    assert loop.idle_forecast_s(untils, T0) == {"a": 90.5, "b": 0.0}
+def test_idle_forecast_s_leaves_a_passed_end_out() -> None:
+    untils = {"a": T0 + timedelta(seconds=90.5), "b": T0 - timedelta(seconds=5), "c": T0}
+    assert loop.idle_forecast_s(untils, T0) == {"a": 90.5}
+
+
+@pytest.mark.parametrize("stale", [12, 6])
+def test_passed_untils_leave_a_running_job_its_nodes(api: Api, stale: int) -> None:
+    """12 idle nodes hold a running job; then the scheduler's ``until`` of ``stale`` of them
+    lies an hour in the past (the others' a day ahead). A passed ``until`` is an unknown end,
+    shown as stale and counted by a gauge: the job keeps its 12 nodes (read as 0 s left, the
+    stale nodes would leave every allocation)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    nodes = [f"n{i:02d}" for i in range(1, 13)]
+    agents = {node: api.register(node) for node in nodes}
+    started = now - timedelta(hours=3)
+    r = api.node_events(*((f"i-{n}", n, "idle", 0) for n in nodes), at=_iso(started))
+    assert r.status_code == 200, r.text
+    job = api.submit(model="custom", min_nodes=1, max_nodes=12)
+    api.wait_for(lambda: api.job(job["job_id"])["nodes"] == nodes)
+    for agent in agents.values():
+        api.ack_all(agent, api.poll(agent, wait=0))
+    control = api.app.state.control
+    solves = control.solves
+    revised = started + timedelta(minutes=1)
+    untils = {
+        n: now - timedelta(hours=1) if i < stale else now + timedelta(days=1)
+        for i, n in enumerate(nodes)
+    }
+    events = [
+        {
+            "event_id": f"u-{n}",
+            "node": n,
+            "state": "idle",
+            "at": _iso(revised),
+            "until": _iso(until),
+        }
+        for n, until in untils.items()
+    ]
+    assert _post(api, *events).status_code == 200
+    problem, backend = loop.build_problem(api.app.state.service)
+    (share,) = loop.optimizer_solver(problem, backend).jobs
+    assert share.node_names == tuple(nodes)
+    assert set(problem.idle_forecast_s or {}) == set(nodes[stale:])
+    # the control loop's own solve after the revision leaves the job where it is
+    api.wait_for(lambda: control.solves > solves)
+    assert api.job(job["job_id"])["nodes"] == nodes
+    shown = {n["name"]: n["until_stale"] for n in api.nodes()}
+    assert shown == {n: i < stale for i, n in enumerate(nodes)}
+    assert _metric(api, "interstice_stale_forecasts") == stale
 
 
 def _metric(api: Api, name: str) -> float:
     return gauge(api.call("GET", "/metrics", "admin").text, name)
 
 
-def test_the_forecast_coverage_decides_whether_the_solves_use_the_forecasts(api: Api) -> None:
+def test_the_forecast_coverage_decides_whether_the_solves_use_the_forecasts(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "utcnow", lambda: T0 + timedelta(seconds=30))  # n1's until ahead
     # 60 idle intervals end; the nodes of 30 of them had an until at their busy event.
     events = []
     for i in range(1, 61):
@@ -160,3 +211,45 @@ def test_the_forecast_coverage_decides_whether_the_solves_use_the_forecasts(api:
     assert api.call("PUT", "/v1/objective", "admin", json=change).status_code == 200
     assert loop.build_problem(api.app.state.service)[0].forecasts_used
     api.wait_for(lambda: _metric(api, "interstice_forecasts_used") == 1.0)
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize(
+    "until",
+    ["2100-12-31T23:00-05:00", "2101-01-01T04:00Z", "2101-01-01T00:00Z"],
+    ids=["2101 in UTC, written with an offset", "2101 in UTC", "the first instant of 2101"],
+)
+def test_the_year_range_is_compared_in_utc(api: Api, until: str) -> None:
+    event = _event("e1", "n1", 0, None) | {"until": until}
+    r = _post(api, event)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "events", 0, "until"]
+    assert "outside the years 2000..2100 in UTC" in error["msg"]
+    assert _untils(api) == {}
+
+
+@pytest.mark.sqlite_only
+def test_the_last_instants_of_2100_are_accepted_whatever_the_offset(api: Api) -> None:
+    events = [
+        _event("e1", "n1", 0, None) | {"until": "2100-12-31T23:59:59Z"},
+        _event("e2", "n2", 0, None) | {"until": "2100-12-31T18:00-05:00"},
+    ]
+    assert _post(api, *events).status_code == 200
+    assert _untils(api) == {"n1": "2100-12-31T23:59:59Z", "n2": "2100-12-31T23:00:00Z"}
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("until", [4102444800, 4102444800.5, "4102444800", " 1e9 "])
+def test_a_number_is_no_until(api: Api, until: object) -> None:
+    """The schema says an ISO 8601 string: a number (epoch seconds, or a string of one) is
+    refused naming ``until``, never read as a time."""
+    r = _post(api, _event("e1", "n1", 0, None) | {"until": until})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "events", 0, "until"]
+    assert "not a number" in error["msg"]
+    assert _untils(api) == {}
+    schema = api.client.get("/openapi.json").json()["components"]["schemas"]
+    described = schema["NodeEventCreate"]["properties"]["until"]["anyOf"][0]["description"]
+    assert "a number is refused" in described

@@ -95,14 +95,19 @@ def _event_rules_kept(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@SCHEMA.hook.apply_to(method="POST", path=["/v1/jobs", "/v1/nodes/events"])
+@SCHEMA.hook.apply_to(method="POST", path=["/v1/jobs", "/v1/nodes/events", "/v1/tokens"])
 def map_case(ctx: Any, case: Any) -> Any:
     """Schema-valid jobs that also keep the rules JSON Schema cannot state, so that
     ``positive_data_acceptance`` runs on ``POST /v1/jobs`` (it found ``command: [""]``,
-    allowed by the schema then), and node events that keep ``until``'s rules; an
-    ``Idempotency-Key`` is a new one (a key used before
+    allowed by the schema then), node events that keep ``until``'s rules, and tokens
+    without a Unix account (whether one binds depends on the service host's accounts and
+    the role); an ``Idempotency-Key`` is a new one (a key used before
     with another body is a 422, as the header's description says)."""
     if case.meta is not None and case.meta.generation.mode != POSITIVE:
+        return case
+    if case.path == "/v1/tokens" and isinstance(case.body, dict):
+        case.body.pop("unix_user", None)
+        case.body.pop("unix_uid", None)
         return case
     if isinstance(case.body, dict):
         kept = _event_rules_kept if case.path == "/v1/nodes/events" else _job_rules_kept

@@ -98,6 +98,7 @@ def test_refusals_of_one_token_are_audited_at_most_once_per_period(api: Api) -> 
     assert len([e for e in _audit(api) if e["action"] == "request.refused"]) == 1
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -16,6 +16,7 @@ def _errors(response):  # type: ignore[no-untyped-def]
     return [(tuple(e["loc"]), e["msg"]) for e in response.json()["detail"]]
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("body", "errors"),
     [
@@ -138,6 +139,7 @@ def test_nproc_per_node_is_a_positive_count_or_auto(api) -> None:
     assert api.submit(nproc_per_node=4)["nproc_per_node"] == 4
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
@@ -215,6 +217,7 @@ def test_a_command_job_shows_its_fields_and_no_entrypoint(api) -> None:
         "nproc_per_node": 2,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/checkpoints",
+        "owner": None,  # single-user mode: the job runs as the agent's account
     }
     assert api.job(job["job_id"])["entrypoint"] is None
 

@@ -211,6 +211,7 @@ def test_a_readable_token_file_or_a_bad_config_is_refused(
     (tmp_path / "client.toml").unlink()
     assert "does not exist" in one_line_error(cli("list", auth=False), 2)
     monkeypatch.delenv("INTERSTICE_CONFIG")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no munge either (test_munge_cli.py)
     assert "no token" in one_line_error(cli("list", auth=False), 2)
 
 

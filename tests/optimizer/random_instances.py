@@ -122,7 +122,8 @@ def job_options(problem: Problem, job: Job) -> list[tuple[int, int]]:
     depths = job.spb_depths or table.depths(job.model)
     options = [(0, job.spb_depth)]
     for depth in depths:
-        if depth > 0 and any(p.derived for p in table.points if p.spb_depth == depth):
+        own = [p for p in table.points if (p.model, p.spb_depth) == (job.model, depth)]
+        if depth > 0 and any(p.derived for p in own):  # a derived row of its own model
             continue
         top = min(job.max_nodes, table.max_nodes(job.model, depth), len(problem.idle_nodes))
         options += [(n, depth) for n in range(job.min_nodes, top + 1)]
@@ -355,3 +356,49 @@ def _give(counts, growing: list[int], pool: dict[int, list[str]], names: list[li
         mine = [node for k, t in zip(classes, take, strict=True) for node in pool[k][:t]]
         rest = {k: pool[k][t:] for k, t in zip(classes, take, strict=True)}
         yield from _give(counts, growing[1:], rest, [*names[:j], names[j] + mine, *names[j + 1 :]])
+
+
+# -- with users (the fairness term (d) per user, constraints (4)-(5)) ------------------------
+
+
+def with_users(rng: random.Random, problem: Problem) -> Problem:
+    """``problem`` with each job given one of two users (or none, one job in four) and a
+    fairness weight in (0, 1], so that users with several jobs share (d)."""
+    jobs = tuple(
+        job.model_copy(update={"user": rng.choice(["alice", "bob", "alice", None])})
+        for job in problem.jobs
+    )
+    weights = problem.weights.model_copy(update={"fairness": rng.uniform(0.05, 1.0)})
+    fields = {name: getattr(problem, name) for name in Problem.model_fields}
+    return Problem(**{**fields, "jobs": jobs, "weights": weights})
+
+
+def user_share_written_out(problem: Problem, allocation: Allocation) -> float:
+    """Term (d) of the users with two or more jobs, written out: w_f * mean over the user's
+    jobs of :func:`share_unit` x log2(1 + the user's nodes)."""
+    by_user: dict[str, list[tuple[Job, int]]] = {}
+    for job, share_ in zip(problem.jobs, allocation.jobs, strict=True):
+        if job.user is not None:
+            by_user.setdefault(job.user, []).append((job, share_.node_count))
+    total = 0.0
+    for members in by_user.values():
+        if len(members) < 2:
+            continue
+        units = [share_unit(problem, job) for job, _ in members]
+        nodes = sum(count for _, count in members)
+        total += problem.weights.fairness * sum(units) / len(units) * math.log2(1 + nodes)
+    return total
+
+
+def share_unit(problem: Problem, job: Job) -> float:
+    """u_j k_j q_j ** w_p / s_j written out: the one-node rate at the smallest depth x H x
+    priority ** w_p x tilt, over the normalisation."""
+    weights = problem.weights
+    table = curve_of(problem, job)
+    one_node = max(table.samples_per_s(job.model, 1, table.depths(job.model)[0]), 1e-9)
+    scale = job.priority**weights.priority * completion_tilt(problem, job)
+    if weights.speedup:
+        scale /= one_node
+    elif weights.node_seconds:
+        scale /= max(table.best_progress_per_node_s(job.model), 1e-9)
+    return one_node * problem.horizon_s * scale

@@ -143,6 +143,7 @@ def service_command(
     *,
     name: str | None = None,
     volumes: Iterable[Path | str] = (),
+    read_only: Iterable[Path | str] = (),
 ) -> list[str]:
     """The command line that runs ``interstice ARGS`` from ``image`` in a container, removed
     when it exits, in the foreground: SIGTERM and SIGINT to it reach the service.
@@ -154,6 +155,8 @@ def service_command(
             of the caller's reaches it.
         name: the container's name (unique on the host); None: podman picks one.
         volumes: host folders, each mounted at the same path in the container.
+        read_only: host files or folders, each mounted read-only at the same path (e.g.
+            ``/etc/passwd``, for the host's accounts).
 
     Returns:
         The argv, which sets ``CONTAINERS_CONF`` itself (``env CONTAINERS_CONF=... podman
@@ -167,6 +170,8 @@ def service_command(
         argv += ["--name", name]
     for folder in volumes:
         argv += ["--volume", f"{folder}:{folder}"]
+    for path in read_only:
+        argv += ["--volume", f"{path}:{path}:ro"]
     for variable, value in env.items():
         argv += ["--env", f"{variable}={value}"]
     return [*argv, image, "interstice", *args]
@@ -209,6 +214,7 @@ class ServiceImage:
         port: int,
         settings: Mapping[str, str],
         volumes: Iterable[Path] = (),
+        read_only: Iterable[Path] = (),
     ) -> list[str]:
         """The argv of ``interstice serve`` on 127.0.0.1:``port`` in a container named after
         ``name`` (pass the same ``name`` to :meth:`stop` and :meth:`kill`).
@@ -218,13 +224,19 @@ class ServiceImage:
             port: TCP port on the host's loopback interface.
             settings: ``INTERSTICE_*`` environment variables of the service.
             volumes: host folders mounted at the same path (a SQLite file's, the checkpoints').
+            read_only: host files or folders mounted read-only at the same path.
 
         Returns:
             The argv (see :func:`service_command`).
         """
         args = ["serve", "--host", "127.0.0.1", "--port", str(port)]
         return service_command(
-            self.name, args, settings, name=self.container(name), volumes=volumes
+            self.name,
+            args,
+            settings,
+            name=self.container(name),
+            volumes=volumes,
+            read_only=read_only,
         )
 
     def stop(self, name: str, process: subprocess.Popen, grace_s: float = 20.0) -> int | None:

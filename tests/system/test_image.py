@@ -1,4 +1,4 @@
-"""The service from the project's container image, built here without a registry (issue 24).
+"""The service from the project's container image, built here without a registry.
 
 ``test_service_from_image``, timeline:
 

@@ -102,6 +102,7 @@ def browser() -> Iterator[object]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
     options.add_argument("--window-size=1400,1100")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for the CSP check
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -216,6 +217,9 @@ def test_an_admin_sees_every_view_live(cluster, browser, screenshots: Path) -> N
         driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-window]")) == 3, "windows"
     )
     assert "harvested (node-hours)" in " ".join(_texts(driver, "#view-harvest .u-label"))
+    # per user (GET /v1/usage): the user's and the admin's jobs held nodes
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-user]")) == 2, "users")
+    assert set(_attributes(driver, "tr[data-user]", "data-user")) == {"user", "admin"}
     driver.save_screenshot(str(screenshots / "3-harvest.png"))
 
     # Optimizer: a solve row; a weight changed through the form lands in the audit log; a
@@ -285,3 +289,15 @@ def test_a_user_sees_only_its_own_jobs(cluster, browser, screenshots: Path) -> N
         )
     driver.save_screenshot(str(screenshots / "7-user-agents.png"))
     print(f"screenshots in {screenshots}")
+
+
+def test_no_content_security_policy_violation(cluster, browser) -> None:  # type: ignore[no-untyped-def]
+    """The service sends the dashboard with a Content-Security-Policy that refuses inline
+    scripts and styles: nothing the views above drew was refused (Chromium logs each refusal
+    to the console). Runs last: the browser's log holds every view's."""
+    refused = [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
+    assert refused == []

@@ -1,9 +1,10 @@
 // Harvest view: idle vs harvested node-hours, utilization and harvest ratio over the last
-// hour, the last day and the service's lifetime (GET /v1/stats). Admins only.
+// hour, the last day and the service's lifetime (GET /v1/stats), and each user's node-hours
+// and samples over the lifetime (GET /v1/usage, summed over its days). Admins only.
 
 import { get, sinceAgo } from "../api.js";
 import { Chart, chartBox } from "../charts.js";
-import { duration, el, failure, fill, num, panel, percent, table } from "../fmt.js";
+import { count, duration, el, failure, fill, num, panel, percent, table } from "../fmt.js";
 
 const WINDOWS = [
   ["last hour", 3600],
@@ -11,11 +12,25 @@ const WINDOWS = [
   ["lifetime", null],
 ];
 
+// The usage rows (one per user and UTC day) summed per user, by user name.
+function perUser(rows) {
+  const users = new Map();
+  for (const row of rows) {
+    const sum = users.get(row.user) || { user: row.user, node_hours: 0, samples: 0, days: 0 };
+    sum.node_hours += row.node_hours;
+    sum.samples += row.samples;
+    sum.days += 1;
+    users.set(row.user, sum);
+  }
+  return [...users.values()].map((sum) => ({ ...sum, __attrs: { "data-user": sum.user } }));
+}
+
 export function mount(section) {
   const chartPanel = panel("Idle vs harvested node-hours", "harvest-chart");
   const tablePanel = panel("Harvest", "harvest-table");
+  const userPanel = panel("Harvest per user (lifetime)", "harvest-users");
   const box = chartBox("harvest");
-  section.replaceChildren(chartPanel, tablePanel);
+  section.replaceChildren(chartPanel, tablePanel, userPanel);
   const chart = new Chart(box, {
     title: "Idle and harvested node-hours per window",
     yLabel: "node-hours",
@@ -26,16 +41,31 @@ export function mount(section) {
   });
   return {
     async refresh() {
-      let stats;
+      let stats, usage;
       try {
-        stats = await Promise.all(
-          WINDOWS.map(([, s]) => get(s === null ? "/v1/stats" : `/v1/stats?since=${encodeURIComponent(sinceAgo(s))}`)),
-        );
+        [usage, ...stats] = await Promise.all([
+          get("/v1/usage"),
+          ...WINDOWS.map(([, s]) => get(s === null ? "/v1/stats" : `/v1/stats?since=${encodeURIComponent(sinceAgo(s))}`)),
+        ]);
       } catch (error) {
         fill(chartPanel, failure(error));
         fill(tablePanel, failure(error));
+        fill(userPanel, failure(error));
         return;
       }
+      fill(
+        userPanel,
+        table(
+          [
+            ["user", (r) => r.user],
+            ["node-hours", (r) => num(r.node_hours, 3)],
+            ["samples", (r) => count(r.samples)],
+            ["days with harvest (UTC)", (r) => r.days],
+          ],
+          perUser(usage.data),
+          { class: "users" },
+        ),
+      );
       if (!chartPanel.contains(box)) fill(chartPanel, box);
       const bars = (offset) => uPlot.paths.bars({ size: [0.3, 80], align: offset });
       chart.update(

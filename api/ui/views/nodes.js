@@ -116,7 +116,10 @@ function wantedBack(nodes) {
       ["state", (n) => n.state],
       ["holder", (n) => n.holder || "—"],
       ["idle since", (n) => time(n.since)],
-      ["wanted back", (n) => time(n.until)],
+      // a passed `until` is stale: the optimizer reads the node's end as unknown
+      ["wanted back", (n) => n.until_stale
+        ? el("span", { class: "stale" }, time(n.until), " passed: end unknown")
+        : time(n.until)],
     ],
     known.map((n) => Object.assign({ __attrs: { "data-node": n.name } }, n)),
     { class: "wanted-back" },
