@@ -152,7 +152,7 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         held = nodes.held
         observations = _observations(session, [j.id for j in jobs])
         costs = _rescale_costs(session, [j.id for j in jobs])
-        names = usage.token_names(session)
+        names = usage.token_names(session, (j.owner_token_id for j in jobs if not j.owner_name))
         candidates = []
         for job in jobs:
             candidate = optimizer_job(

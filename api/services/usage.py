@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from interstice.api.auth.tokens import Principal
+from interstice.api.auth.tokens import Principal, public_id
 from interstice.api.schemas.usage import UsagePublic, UsagesPublic
 from interstice.api.store.tables import Job, JobMetric, Rescale, Token, utcnow
 from sqlalchemy import select
@@ -27,7 +27,7 @@ def job_user(job: Job, token_names: Mapping[int, str]) -> str:
     """Who ``job`` belongs to: its owner's Unix account name, else (single-user mode) the
     name of the token that submitted it. The one definition of a job's user, for the
     optimizer's fairness term (``interstice.optimizer.Job.user``) and for usage."""
-    return job.owner_name or token_names.get(job.owner_token_id, f"t-{job.owner_token_id}")
+    return job.owner_name or token_names.get(job.owner_token_id, public_id(job.owner_token_id))
 
 
 def principal_user(who: Principal) -> str:
@@ -36,9 +36,12 @@ def principal_user(who: Principal) -> str:
     return who.unix_name or who.name
 
 
-def token_names(session: Session) -> dict[int, str]:
-    """Every token's (and MUNGE principal's) name, by id."""
-    return {token_id: name for token_id, name in session.execute(select(Token.id, Token.name))}
+def token_names(session: Session, token_ids: Iterable[int] | None = None) -> dict[int, str]:
+    """Tokens' (and MUNGE principals') names by id: those of ``token_ids``, else every one."""
+    query = select(Token.id, Token.name)
+    if token_ids is not None:
+        query = query.where(Token.id.in_(set(token_ids)))
+    return {token_id: name for token_id, name in session.execute(query)}
 
 
 @dataclass
