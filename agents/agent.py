@@ -29,7 +29,11 @@ Before it registers, the agent starts its spare launcher (torch imported ahead, 
 ``--report-idle``, idle at once), and a node a placeholder has just filled is worth most in
 its first seconds, so its first start must not wait for torch's import (15-30 s on a loaded
 2-core machine; a rescale takes 2-3 s). A spare that exits during its warm-up (torch
-missing) ends the wait at once: the first start then fails with its error, as any launch.
+missing) ends the wait at once. An agent whose spare is not warm registers with that
+``fault``, and so does one whose launch fails for a reason of the node (the launcher cannot
+start, the owner is unknown here, a full disk: its ack says ``node_fault``): the service
+quarantines the node, which gets no job until the agent's health check passes and it
+registers again without the fault (:mod:`interstice.agents.health`).
 
 The preemption signal (SIGTERM by default, configurable; not SIGUSR1, which NCCL may use)
 makes the main thread stop the workers (they checkpoint and exit), kill what is left at
@@ -48,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from interstice.agents import outcome, rundir
+from interstice.agents import health, outcome, rundir
 from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
 from interstice.agents.generation import Generation, workers_alive
 from interstice.agents.launch_config import NodeSettings
@@ -118,6 +122,7 @@ class Agent:
         self.shutdown = threading.Event()
         self._signalled_at: float | None = None
         self.agent_id: str | None = None
+        self.health = health.Health()
         self._max_backoff_s = self.client.max_backoff_s
         self._beat_every(config.heartbeat_s or 5.0)
         self.beat_in_poll = False
@@ -127,7 +132,7 @@ class Agent:
         self._spare_due: float | None = None  # monotonic time of the next spare's start
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self._seen: set[int] = set()
-        self._acked: dict[int, tuple[bool, str | None, bool]] = {}
+        self._acked: dict[int, tuple[bool, str | None, bool, bool]] = {}
         self._register_lock = threading.Lock()
         self._generation_lock = threading.Lock()
 
@@ -155,9 +160,10 @@ class Agent:
 
     def join_service(self) -> None:
         """Warm the spare launcher up, then register (see the module docstring): the node
-        becomes allocatable once a start would find torch imported, or after
-        ``warm_before_register_s`` whatever the spare does. Nothing is registered when the
-        shutdown comes first."""
+        becomes allocatable once a start would find torch imported; after
+        ``warm_before_register_s``, or at once when the spare exits, the agent registers with
+        the fault, so the node is quarantined until its health check passes. Nothing is
+        registered when the shutdown comes first."""
         self.launcher.warm()
         started = time.monotonic()
         warm = self.launcher.wait_ready(self.config.warm_before_register_s, self.shutdown.is_set)
@@ -167,7 +173,13 @@ class Agent:
         if warm:
             log.info("spare launcher warm in %.1f s: registering", waited_s)
         else:
-            log.warning("spare launcher not warm after %.1f s: registering anyway", waited_s)
+            fault = self.launcher.spare_failure()
+            if fault is not None:
+                self.launcher.close_spare()  # exited: the health check starts a fresh one
+            else:
+                fault = f"its launcher is not warm after {waited_s:.0f} s (still importing torch)"
+            log.warning("registering with a fault (the node is quarantined): %s", fault)
+            self.health.failed(fault)
         self._register()
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -208,6 +220,8 @@ class Agent:
             # said only when true: a service older than the field refuses unknown fields,
             # and one that knows it reads its absence as false
             body["runs_as_owner"] = True
+        if self.health.fault is not None:  # (the same: said only when there is one)
+            body["fault"] = self.health.fault
         with self._register_lock:
             try:
                 answer = self.client.register(body, should_stop=self.shutdown.is_set)
@@ -281,6 +295,7 @@ class Agent:
             except queue.Empty:
                 self._check_pending_ack()
                 self._warm_when_due()
+                self._check_health()
                 continue
             with self._generation_lock:
                 if self.shutdown.is_set():
@@ -323,8 +338,15 @@ class Agent:
             self.generation = None
             try:
                 self.generation = self._pending_ack = self.launcher.launch(command)
-            except BadCommand as error:  # the job's command cannot run, here or anywhere
-                self._ack(command.command_id, False, str(error), error.job_failed)
+            except BadCommand as error:
+                # The job's fault (its command cannot run, here or anywhere), else the node's
+                # (the owner is unknown here, its run directory cannot be made).
+                fault = not error.job_failed
+                self._ack(command.command_id, False, str(error), error.job_failed, fault)
+                return
+            except OSError as error:  # the node's: e.g. a full disk (no launcher log)
+                error_text = f"node {self.config.node} cannot launch: {error}"
+                self._ack(command.command_id, False, error_text, node_fault=True)
                 return
             log.info("launched %s at world size %s", command.rendezvous_id, command.world_size)
 
@@ -367,15 +389,16 @@ class Agent:
             return
         ended = outcome.judge(generation)
         waited_s = time.monotonic() - generation.started_at
-        job_failed = False
+        job_failed = node_fault = False
         if ending:
             ok, error = True, None  # superseded by a newer command: not a failure
         elif ended is not None:
             # Exited before we saw its workers: finished at once, or could not run.
             ok, error = ended.job_state == "finished", ended.error
-            job_failed = ended.job_state == "failed"
+            job_failed, node_fault = ended.job_state == "failed", ended.node_fault
         elif workers_alive(generation):
             ok, error = True, None
+            self.health.launched()
         elif waited_s > self.config.join_timeout_s + 30:
             kill(generation.process)
             ok, error = (
@@ -385,9 +408,11 @@ class Agent:
         else:
             return
         self._pending_ack = None
-        self._ack(generation.command.command_id, ok, error, job_failed)
-        # Not before: a spare importing torch would slow the launch down.
-        self._spare_due = time.monotonic() + (SPARE_AFTER_JOIN_S if ended is None else 0.0)
+        self._ack(generation.command.command_id, ok, error, job_failed, node_fault)
+        # Not before: a spare importing torch would slow the launch down. After a fault of
+        # the node, the health check starts it.
+        delay_s = SPARE_AFTER_JOIN_S if ended is None else 0.0
+        self._spare_due = None if node_fault else time.monotonic() + delay_s
 
     def _warm_when_due(self) -> None:
         """Start the next spare launcher once the workers launched last trained their first
@@ -403,15 +428,49 @@ class Agent:
             self._spare_due = None
             self.launcher.warm(last=True)  # for the account of the job launched last
 
+    def _check_health(self) -> None:
+        """With a fault, once its check is due (:mod:`interstice.agents.health`): a spare
+        launcher of the agent's own account must be warm (one is started when none runs for
+        it) and the workdir take a file; then the agent registers again without the fault,
+        which ends the node's quarantine. A spare still importing is looked at again at the
+        next tick. Every fault leaves no exited spare behind (the launch used it, or it was
+        closed), so an exited spare here is this check's."""
+        if not self.health.due():
+            return
+        failure = self.launcher.spare_failure()
+        if failure is not None:  # this check's launcher exited warming up
+            self.launcher.close_spare()  # (the next check starts a fresh one)
+            self.health.failed(failure)
+            return
+        self.launcher.warm()
+        if not self.launcher.spare_ready():
+            return
+        problem = health.workdir_problem(self.config.workdir)
+        if problem is not None:
+            self.health.failed(problem)
+            return
+        log.info("node %s healthy again: registering without its fault", self.config.node)
+        self.health.recovered()
+        self._register()
+
     def _ack(
-        self, command_id: int | None, ok: bool, error: str | None, job_failed: bool = False
+        self,
+        command_id: int | None,
+        ok: bool,
+        error: str | None,
+        job_failed: bool = False,
+        node_fault: bool = False,
     ) -> None:
+        """Acknowledge ``command_id`` (the fields of docs/reference/agent-protocol.md's ack);
+        with ``node_fault`` this node has a fault (it is quarantined) until its check passes."""
         if command_id is None:
             return
-        self._acked[command_id] = (ok, error, job_failed)
+        self._acked[command_id] = (ok, error, job_failed, node_fault)
         if not ok:
             log.warning("command %s refused%s: %s", command_id, " (job failed)" * job_failed, error)
-        self._guarded(self.client.ack, command_id, ok, error, job_failed)
+        if node_fault:
+            self.health.failed(error or "a launch failed for a reason of the node")
+        self._guarded(self.client.ack, command_id, ok, error, job_failed, node_fault)
 
     # -- reporting ----------------------------------------------------------------------
 

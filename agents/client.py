@@ -185,16 +185,17 @@ class ServiceClient:
         ok: bool,
         error: str | None,
         job_failed: bool = False,
+        node_fault: bool = False,
         **retry: Any,
     ) -> None:
         """``POST /agents/{id}/commands/{command_id}/ack``; ``job_failed``: the command was
-        refused for a reason of the job itself (the service fails the job at once)."""
-        self.call(
-            "POST",
-            f"/agents/{agent_id}/commands/{command_id}/ack",
-            json={"ok": ok, "error": error, "job_failed": job_failed},
-            **retry,
-        )
+        refused for a reason of the job itself (the service fails the job at once);
+        ``node_fault``: for a reason of this node (the service quarantines it and places the
+        job elsewhere)."""
+        body: dict[str, Any] = {"ok": ok, "error": error, "job_failed": job_failed}
+        if node_fault:  # said only when true: a service older than the field refuses it
+            body["node_fault"] = True
+        self.call("POST", f"/agents/{agent_id}/commands/{command_id}/ack", json=body, **retry)
 
     def leave(self, agent_id: str, **retry: Any) -> None:
         """``DELETE /agents/{id}``: this node leaves; the service releases it."""

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from interstice.agents import rundir
+from interstice.agents import outcome, rundir
 from interstice.agents.generation import Generation
 from interstice.agents.launch_config import NodeSettings, generation_config, job_base_environment
 from interstice.agents.launcher_process import SPARE_READY
@@ -101,6 +101,20 @@ class Launcher:
     def spare_ready(self) -> bool:
         """Whether the spare launcher finished its imports (a launch now is fast)."""
         return self._spare is not None and spare_ready(self._spare[1])
+
+    def spare_failure(self) -> str | None:
+        """Why the spare launcher exited before it was warm (its exit code and its log's last
+        lines, e.g. torch missing), or None: no spare, or one warm or still warming up."""
+        if self._spare is None:
+            return None
+        process, log_path = self._spare
+        returncode = process.poll()
+        if returncode is None or spare_ready(log_path):
+            return None
+        tail = outcome.log_tail(log_path, os.geteuid())  # the agent's own file
+        return outcome.clip(
+            f"its launcher exited warming up (exit {returncode}); last lines of its log:\n{tail}"
+        )
 
     def wait_ready(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Wait until the spare launcher finished its imports, at most ``timeout_s``.

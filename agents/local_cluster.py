@@ -54,6 +54,7 @@ class LocalCluster:
         grace_s: each agent's grace after its preemption signal, seconds.
         checkpoint_every: workers checkpoint every this many steps.
         scalability_csv: the table uploaded at start (must hold the jobs' models).
+        service_env: more of the service's settings (``INTERSTICE_*`` variables).
     """
 
     root: Path
@@ -62,6 +63,7 @@ class LocalCluster:
     grace_s: float = 10.0
     checkpoint_every: int = 20
     scalability_csv: str = ""
+    service_env: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     agents: dict[str, LocalAgent] = field(default_factory=dict)
     service: subprocess.Popen | None = None
@@ -107,6 +109,7 @@ class LocalCluster:
             "INTERSTICE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_s),
             "INTERSTICE_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
             "INTERSTICE_DEBOUNCE_S": "0.1",
+            **self.service_env,
         }
         with (self.root / "service.log").open("ab") as log:
             self.service = subprocess.Popen(

@@ -30,15 +30,18 @@ class Outcome:
 
     Attributes:
         job_state: ``finished`` (every worker exited 0, no stop requested), ``failed``
-            (a worker exited non-zero, the job could not start, or the launcher itself could
-            not: it exited with an error before its own report, e.g. torch missing under
-            the agent's Python), or None (a stop we requested, or a failed rendezvous: the
-            node's fault, or a peer's preemption; the job goes on elsewhere).
+            (a worker exited non-zero or the job could not start), or None (a stop we
+            requested, a failed rendezvous: the node's fault or a peer's preemption, or a
+            launcher that could not start; the job goes on elsewhere).
         error: why, for ``failed`` or a node-side failure; None otherwise.
+        node_fault: the launcher itself could not start: it exited with an error before its
+            own report (e.g. torch missing under the agent's Python). Nothing of the job ran,
+            so the node is at fault: it is quarantined and the job placed elsewhere.
     """
 
     job_state: wire.HeartbeatJobState | None
     error: str | None = None
+    node_fault: bool = False
 
 
 def judge(generation: Generation) -> Outcome | None:
@@ -63,17 +66,16 @@ def judge(generation: Generation) -> Outcome | None:
         rank_log = wire.rank_log_path(generation.job_dir, generation.rendezvous_id, rank)
         tail = log_tail(rank_log, generation.uid)
         reason = str(result.get("error") or f"rank {rank} failed")
-        return Outcome("failed", _clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
+        return Outcome("failed", clip(f"{reason}; last lines of rank {rank}'s log:\n{tail}"))
     if returncode == EXIT_BAD_JOB:
-        return Outcome("failed", _clip(str(result.get("error") or generation.log_tail())))
+        return Outcome("failed", clip(str(result.get("error") or generation.log_tail())))
     if returncode not in LAUNCHER_EXITS and returncode > 0 and not result:
         # It exited with an error of no code of its own, before it could say why (every end
         # it knows writes the result): it could not start at all, e.g. torch missing under
-        # this Python. No node of the job would do better, and nothing would replan it.
+        # this Python. The job's code never ran: the node is at fault, not the job.
         tail = log_tail(generation.log_path, os.geteuid())  # the agent's own file
-        return Outcome(
-            "failed", _clip(f"launch failed (exit {returncode}); last lines of its log:\n{tail}")
-        )
+        error = f"launch failed (exit {returncode}); last lines of its log:\n{tail}"
+        return Outcome(None, clip(error), node_fault=True)
     return Outcome(None, f"launch failed (exit {returncode}): {generation.log_tail()}")
 
 
@@ -86,7 +88,7 @@ def log_tail(path: Path, uid: int, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(content.decode(errors="replace").splitlines()[-lines:])
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     """``text`` within the heartbeat's error limit, keeping its head and its end."""
     limit = wire.HEARTBEAT_ERROR_MAX_CHARS
     if len(text) <= limit:

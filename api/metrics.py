@@ -26,7 +26,16 @@ class Metrics:
             registry=r,
         )
         self.allocatable_nodes = Gauge(
-            "interstice_allocatable_nodes", "Idle nodes with an alive agent", registry=r
+            "interstice_allocatable_nodes",
+            "Idle nodes with an alive agent, not quarantined",
+            registry=r,
+        )
+        self.quarantined_nodes = Gauge(
+            "interstice_nodes_quarantined",
+            "Nodes quarantined after a launch failed for a reason of the node (or its agent's "
+            "launcher did not warm up): no job is placed on them until their agent proves "
+            "healthy or an admin releases them",
+            registry=r,
         )
         self.allocated_nodes = Gauge(
             "interstice_allocated_nodes", "Nodes held by a job", registry=r

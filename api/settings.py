@@ -5,6 +5,7 @@ Precedence, highest first: command-line flags, environment variables
 field names below, e.g. ``db_url = "postgresql+psycopg://..."``), the defaults.
 """
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,10 @@ from pydantic_settings import (
 )
 
 from interstice import data
+
+NODE_GROUP_PATTERN = r"^(.*\d)[^\d]+\d+$"
+"""The default ``node_group_pattern``: the name up to its last letters and number
+(``a01n03`` → ``a01``, ``r2c07n12`` → ``r2c07``)."""
 
 
 class Settings(BaseSettings):
@@ -71,6 +76,11 @@ class Settings(BaseSettings):
             service reads a job's logs only through files its owner owns. Off (single-user
             mode): jobs run as the agent's account and the service creates
             ``<checkpoint_root>/<job_id>``.
+        node_group_pattern: a regular expression whose first group, searched in a node's
+            name, is the node's cabinet (or rack) on the dashboard's node map; a name it
+            does not match goes to the group of its name without its trailing number.
+            Default: the name up to its last letters and number (Summit's ``a01n03``:
+            cabinet ``a01``).
     """
 
     model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
@@ -97,6 +107,20 @@ class Settings(BaseSettings):
     munge_socket: Path | None = None
     munge_min_uid: int = Field(default=1000, ge=1, le=2**32 - 2)
     multi_user: bool = False
+    node_group_pattern: str = NODE_GROUP_PATTERN
+
+    @field_validator("node_group_pattern")
+    @classmethod
+    def _one_group(cls, pattern: str) -> str:
+        # checked in Python's syntax; the dashboard runs it as a JavaScript RegExp and says
+        # on the page when that refuses it
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as exc:
+            raise ValueError(f"node_group_pattern is not a regular expression: {exc}") from None
+        if groups < 1:
+            raise ValueError("node_group_pattern needs a group (...): the cabinet's part")
+        return pattern
 
     @field_validator("db_url")
     @classmethod

@@ -11,9 +11,15 @@ requests). See ``examples/train_digits.py`` for a whole script.
 - :func:`report`: progress for the agent and the job's ``metrics.jsonl``.
 - :func:`save_final`: the trained model in ``<job_dir>/final/model.pt``.
 
+For a framework's own loop, the same contract as one callback, imported by name (extras
+``lightning`` and ``hf``): :mod:`interstice.elastic.lightning` (``Trainer.fit``),
+:mod:`interstice.elastic.hf` (``transformers.Trainer``) and
+:mod:`interstice.elastic.accelerate` (a plain Accelerate loop).
+
 Imports: torch, the standard library and the shared interstice.wire (the environment's names)
 and interstice.files (atomic writes), nothing else (tests/test_import_rules.py): a user's
-script needs no service, no agent and no web stack.
+script needs no service, no agent and no web stack; only the framework modules import their
+framework.
 """
 
 from interstice.elastic import env

@@ -94,6 +94,14 @@ def main() -> None:
     args = parse_args()
     torch.use_deterministic_algorithms(args.deterministic)
     ctx = elastic.init()
+    try:
+        train(ctx, args)
+    finally:
+        elastic.shutdown()  # destroy the process group, also when this rank raised
+
+
+def train(ctx: elastic.Context, args: argparse.Namespace) -> None:
+    """Train from the checkpoint (if any) until a stop or the budget, then save."""
     train_set, test_set, vocab = text_data()
     torch.manual_seed(args.seed)
     model = CharTransformer(vocab).to(ctx.device)
@@ -141,7 +149,6 @@ def main() -> None:
             "samples": state.samples, "steps": state.steps, "world_sizes": state.world_sizes,
             "state": outcome, "stop_reason": state.stop_reason, "loss": state.loss, **held_out,
         }))  # fmt: skip
-    elastic.shutdown()
 
 
 if __name__ == "__main__":

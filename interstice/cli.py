@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import typer
 
-from interstice import client_cli, solve_cli, trace_cli, usage_cli
+from interstice import client_cli, node_cli, solve_cli, trace_cli, usage_cli
 from interstice.agents import cli as agents_cli
 from interstice.agents.slurm import cli as slurm_cli
 from interstice.api import cli as api_cli
@@ -62,4 +62,5 @@ app.add_typer(slurm_cli.slurm_app, name="slurm")
 app.command("profile")(models_cli.profile)
 app.add_typer(client_cli.job_app, name="job")
 app.command("usage")(usage_cli.usage)
+app.add_typer(node_cli.node_app, name="node")
 app.command("demo")(demo_cli.demo)

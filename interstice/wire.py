@@ -20,6 +20,7 @@ Run directory (``<agent workdir>/<job_id>``, node-local)::
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -60,6 +61,12 @@ PROTOCOL_VERSION = 3  # docs/reference/agent-protocol.md; the service still answ
 
 HEARTBEAT_METRICS_MAX = 32  # keys of a heartbeat's ``metrics``
 HEARTBEAT_ERROR_MAX_CHARS = 4000  # length of a heartbeat's ``error``
+
+# -- what a request may hold (the service's schemas check it, a client can before sending) --
+
+LATEST_TIME = datetime(2101, 1, 1, tzinfo=UTC)
+"""The first time past the latest a request may name (years 2000..2100 in UTC)."""
+EVENT_ID_MAX_CHARS = 200  # length of a node event's ``event_id``
 
 # -- environment of a job's processes (set by the agent's launcher on every node) ----------
 

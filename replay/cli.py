@@ -135,7 +135,9 @@ def replay(
         "checkpoint), >= 0; with forecasts a planned shrink before a forecast reclaim may pay.",
     ),
     rigid_nodes: int | None = typer.Option(
-        None, help="Node count every rigid job asks for (default: its max_nodes)."
+        None,
+        help="Node count every rigid job asks for (default: its max_nodes); at most the "
+        "trace's node count, within the job's min_nodes..max_nodes.",
     ),
     checkpoint_interval_s: float = typer.Option(
         600.0, help="Seconds between two checkpoints of a rigid job, > 0."
@@ -143,12 +145,14 @@ def replay(
     no_baselines: bool = typer.Option(
         False, "--no-baselines", help="Replay only --policy, not the others as baselines."
     ),
-    out: Path = typer.Option(Path("."), help="Folder for report.json and report.png."),
+    out: Path = typer.Option(Path("."), help="Folder for report.json, report.png and summary.png."),
 ) -> None:
-    """Replay elastic jobs on the node-state trace; write report.json and report.png."""
+    """Replay elastic jobs on the node-state trace; write report.json, report.png and
+    summary.png (idle node-hours per day, hole lengths, and each policy's harvest)."""
     import numpy as np
     from interstice.optimizer import ScalabilityTable, Weights, admission
     from interstice.optimizer.coverage import FORECAST_MIN_COVERAGE
+    from interstice.replay import idle
     from interstice.replay import report as report_module
     from interstice.replay.choices import (
         OBJECTIVES,
@@ -401,7 +405,10 @@ def replay(
         "checkpoint_interval_s": checkpoint_interval_s,
         "reclaim_loss_s": reclaim_loss_s,
     }
-    full = report_module.build_report(settings, results)
+    holes = idle.hole_lengths(window)
+    reference = idle.reference_holes((paths["--trace"], node_trace))
+    offered = idle.trace_figures(window, holes, reference)
+    full = report_module.build_report(settings, results, offered)
     out.mkdir(parents=True, exist_ok=True)
     report_module.write_json(full, out / "report.json")
     title = (
@@ -422,14 +429,17 @@ def replay(
         )
     )
     report_module.plot(results, window_start, out / "report.png", title)
+    report_module.plot_summary(full, holes[0], reference, out / "summary.png", title)
+    print_offer(console, offered, reference.label)
     for name, figures in full["policies"].items():
         console.print(
             f"{name:<12} harvest {figures['harvest'] or 0:.3f}  "
             f"efficiency {figures['efficiency'] or 0:.3f}  "
             f"utilization {figures['utilization'] or 0:.3f}  "
+            f"harvested {figures['harvested_node_hours_per_day']:.4g} node-h/day  "
             f"goodput {figures['goodput_samples']:.4g} samples  "
             f"jobs finished {figures['jobs_finished']}  "
-            f"JCT mean {(figures['jct_mean_s'] or 0) / 3600:.2f} h  "
+            f"JCT mean {in_hours(figures['jct_mean_s'])}  "
             f"solves {figures['solves']}  wall {figures['replay_wall_s']:.1f} s"
         )
     for name, figures in full["policies"].items():
@@ -439,7 +449,7 @@ def replay(
                 f"{name:<12} user {user}: harvest {part['harvest'] or 0:.3f} "
                 f"({part['harvested_node_hours']:.1f} node-hours), "
                 f"jobs {part['jobs_finished']} of {part['jobs_arrived']} finished, "
-                "mean wait " + ("-" if wait_s is None else f"{wait_s / 3600:.2f} h")
+                f"mean wait {in_hours(wait_s)}"
             )
     for pair, ratios in full["ratios"].items():
         console.print(
@@ -448,7 +458,30 @@ def replay(
             f"(x{ratios['jct_mean_s_same_jobs'] or 0:.3f} over the "
             f"{ratios['same_jobs_finished']} jobs both finished)"
         )
-    console.print(f"wrote {out / 'report.json'} and {out / 'report.png'}")
+    console.print(f"wrote {out / 'report.json'}, {out / 'report.png'} and {out / 'summary.png'}")
+
+
+def in_hours(seconds: float | None) -> str:
+    """``"1.25 h"``, or ``"-"`` for no figure (no job finished)."""
+    return "-" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def print_offer(console, offered: dict, reference_label: str) -> None:
+    """Print the ``trace`` part of the report: idle node-hours and holes, and the reference's
+    holes beside them."""
+
+    def spread(figures: dict) -> str:
+        if figures["p50_s"] is None:
+            return "none completed"
+        return ", ".join(f"{p} {figures[f'{p}_s']:,.0f} s" for p in ("p50", "p90", "p99"))
+
+    holes, reference = offered["holes"], offered["reference"]
+    console.print(
+        f"trace: {offered['nodes']:,} nodes, idle {offered['idle_node_hours']:,.1f} node-h "
+        f"({offered['idle_share']:.1%}), {offered['idle_node_hours_per_day']:,.1f} node-h/day; "
+        f"holes {holes['completed']:,} completed ({spread(holes)}), "
+        f"{holes['open_at_end']:,} open at the end; {reference_label}: {spread(reference)}"
+    )
 
 
 def read_nodes_file(path: Path, trace_nodes: list[str]):

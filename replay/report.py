@@ -1,4 +1,5 @@
-"""A replay's outputs: ``report.json`` (figures per policy, ratios) and ``report.png``.
+"""A replay's outputs: ``report.json`` (the trace's and each policy's figures, ratios),
+``report.png`` and ``summary.png``.
 
 The figures are those of :mod:`interstice.replay.simulator`'s docstring: efficiency (goodput
 over dedicated samples, BFTrainer's headline metric, arXiv 2106.12091), utilization
@@ -10,11 +11,13 @@ per solve and statuses.
 from __future__ import annotations
 
 import json
+import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from interstice.replay.idle import PUBLISHED_QUANTILES_S, Reference
 from interstice.replay.simulator import PAUSE_CAUSES, JobRecord, ReplayResult
 
 RATIO_FIGURES = (
@@ -82,6 +85,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "allocated_node_s": result.allocated_node_s,
         "idle_node_hours": result.idle_node_s / 3600,
         "harvested_node_hours": harvested_node_s / 3600,
+        "harvested_node_hours_per_day": harvested_node_s / 3600 / (result.duration_s / 86400),
         "jobs_arrived": len(jobs),
         "jobs_admitted": sum(rec.admitted_s is not None for rec in jobs),
         "jobs_finished": len(finished),
@@ -226,18 +230,23 @@ def _percentiles(values_s: list[float]) -> dict[str, float | None]:
     }
 
 
-def build_report(settings: dict[str, Any], results: list[ReplayResult]) -> dict[str, Any]:
-    """The whole report: the settings, each policy's figures, the first policy's ratios.
+def build_report(
+    settings: dict[str, Any], results: list[ReplayResult], trace: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole report: the settings, the trace's figures, each policy's figures, the first
+    policy's ratios.
 
     Args:
         settings: what the replay ran on (window, files, options), JSON-ready.
         results: the chosen policy's replay first, then the baselines'.
+        trace: what the window offers (:func:`interstice.replay.idle.trace_figures`), or
+            ``None``: no ``trace`` part.
 
     Returns:
-        ``{"settings", "policies": {name: figures}, "ratios": {"<main>/<baseline>": {figure:
-        ratio}}}``; a ratio is ``None`` where the baseline's figure is 0 or undefined. Each
-        pair adds ``jct_mean_s_same_jobs`` (mean JCT over the jobs both finished, main over
-        baseline) and ``same_jobs_finished`` (their count).
+        ``{"settings", "trace", "policies": {name: figures}, "ratios": {"<main>/<baseline>":
+        {figure: ratio}}}``; a ratio is ``None`` where the baseline's figure is 0 or
+        undefined. Each pair adds ``jct_mean_s_same_jobs`` (mean JCT over the jobs both
+        finished, main over baseline) and ``same_jobs_finished`` (their count).
     """
     figures = {result.policy: summarize(result) for result in results}
     main = results[0].policy
@@ -249,7 +258,8 @@ def build_report(settings: dict[str, Any], results: list[ReplayResult]) -> dict[
         }
         pair.update(_common_jct(results[0], baseline))
         ratios[f"{main}/{baseline.policy}"] = pair
-    return {"settings": settings, "policies": figures, "ratios": ratios}
+    head = {"settings": settings} | ({} if trace is None else {"trace": trace})
+    return head | {"policies": figures, "ratios": ratios}
 
 
 def _common_jct(main: ReplayResult, baseline: ReplayResult) -> dict[str, float | None]:
@@ -381,6 +391,114 @@ def plot(results: list[ReplayResult], window_start: datetime, path: Path, title:
     cdf_ax.set_title("Job completion time CDF (unfinished jobs never reach the curve)")
     cdf_ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_summary(
+    report: dict[str, Any], lengths_s: np.ndarray, reference: Reference, path: Path, title: str
+) -> None:
+    """Draw ``summary.png``: what interstice would harvest on this trace, on one page.
+
+    Panels: the window's idle node-hours per day (UTC days; a first or last day the window
+    cuts shows its rate over the hours it covers, hatched and labelled with them); the
+    hole-length CDF beside the reference's (log scale, the
+    Summit trace's published quantiles marked); each policy's harvest and utilization; each
+    policy's mean JCT, with its goodput and finished jobs written on the bar.
+
+    Args:
+        report: :func:`build_report`'s, with its ``trace`` part.
+        lengths_s: the window's completed holes' lengths, seconds
+            (:func:`interstice.replay.idle.hole_lengths`).
+        reference: :func:`interstice.replay.idle.reference_holes`.
+        path: the PNG to write.
+        title: the figure's title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace, policies = report["trace"], report["policies"]
+    names = list(policies)
+    fig, ((days_ax, holes_ax), (share_ax, jct_ax)) = plt.subplots(2, 2, figsize=(13, 9))
+    by_day = trace["by_day"]
+    # A day the window cuts shows its rate over the hours it covers, hatched.
+    bars = days_ax.bar(
+        range(len(by_day)),
+        [day["idle_node_hours"] * 24 / day["hours"] for day in by_day],
+        color="0.6",
+        width=0.8,
+    )
+    for bar, day in zip(bars, by_day, strict=True):
+        if day["hours"] < 24:
+            bar.set_hatch("//")
+    days_ax.axhline(trace["idle_node_hours_per_day"], color="black", ls="--", lw=0.8)
+    days_ax.set_xticks(
+        range(len(by_day)),
+        [day["day"][5:] + ("" if day["hours"] == 24 else f"\n({day['hours']:.3g} h)")
+         for day in by_day],
+        rotation=90 if len(by_day) > 14 else 0,
+        fontsize=7,
+    )  # fmt: skip
+    days_ax.set_ylabel("idle node-hours a day")
+    days_ax.set_title(
+        f"Idle node-hours per day: {trace['idle_node_hours_per_day']:,.1f} a day on average "
+        f"({trace['idle_share']:.1%} of {trace['nodes']:,} nodes; hatched: part of a day)",
+        fontsize=10,
+    )
+
+    holes = trace["holes"]
+    for lengths, label, style in (
+        (lengths_s, f"this trace ({holes['completed']:,} holes)", "-"),
+        (reference.lengths_s, f"{reference.label} ({len(reference.lengths_s):,})", "--"),
+    ):
+        if len(lengths):
+            share = np.arange(len(lengths) + 1) / len(lengths)
+            at_s = np.concatenate([lengths[:1], lengths])
+            holes_ax.step(at_s, share, where="post", ls=style, label=label)
+    for p, published_s in PUBLISHED_QUANTILES_S.items():
+        holes_ax.plot(published_s, p, "kx")
+    holes_ax.plot([], [], "kx", label="Summit's published p50, p90, p99")
+    holes_ax.set_xscale("log")
+    holes_ax.set_xlabel("hole length (s): one node idle, then taken back")
+    holes_ax.set_ylabel("share of completed holes")
+    holes_ax.set_title(
+        f"Hole lengths ({holes['open_at_end']:,} still open at the end, not counted)",
+        fontsize=10,
+    )
+    holes_ax.legend(loc="lower right", fontsize=8)
+
+    at = np.arange(len(names))
+    for offset, figure in ((-0.2, "harvest"), (0.2, "utilization")):
+        values = [policies[name][figure] or 0.0 for name in names]
+        bars = share_ax.bar(at + offset, values, width=0.4, label=figure)
+        share_ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
+    share_ax.set_xticks(at, names)
+    share_ax.set_ylim(0, 1.1)
+    share_ax.set_ylabel("share of idle node-hours")
+    share_ax.set_title("Harvest (dedicated-node work) and utilization per policy", fontsize=10)
+    share_ax.legend(loc="upper right", fontsize=8)
+
+    jct_h = [(policies[name]["jct_mean_s"] or 0.0) / 3600 for name in names]
+    bars = jct_ax.bar(at, jct_h, color="0.55")
+    jct_ax.bar_label(
+        bars,
+        [
+            f"goodput {policies[name]['goodput_samples']:.3g}\n"
+            f"{policies[name]['jobs_finished']} finished"
+            for name in names
+        ],
+        fontsize=8,
+    )
+    jct_ax.set_xticks(at, names)
+    jct_ax.set_ylabel("mean JCT of finished jobs (hours)")
+    jct_ax.set_ylim(0, max(jct_h) * 1.25 or 1.0)
+    jct_ax.set_title(
+        "Mean job completion time (on the bars: goodput in samples, and jobs finished)", fontsize=10
+    )
+    fig.suptitle(textwrap.fill(title, 150), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -4,8 +4,9 @@ Model (Slurm with a preemptible scavenger partition, each job a ``torchrun`` scr
 checkpoints; no interstice):
 
 - Each job asks for a fixed node count k: its ``max_nodes`` or, with ``rigid_nodes``, that
-  count (clamped to ``min_nodes..max_nodes``). It trains at the table's ``r(k, 0)`` (plain data
-  parallel, no SPB) and never resizes.
+  count, at most the window's node count (Slurm refuses a job larger than its partition, so
+  no user asks for more), clamped to ``min_nodes..max_nodes``. It trains at the table's
+  ``r(k, 0)`` (plain data parallel, no SPB) and never resizes.
 - Jobs queue on arrival, all of them (a batch queue has no admission limit). After every
   event the queue is walked in submission order and each waiting job starts if k idle nodes
   are free, on the free idle nodes of lowest id: first come first served with backfill (a
@@ -58,10 +59,9 @@ class RigidReplay(Replay):
     ) -> None:
         super().__init__(window, jobs, table, _no_policy, FixedHorizon(1.0), ReplayOptions(), name)
         self.interval_s = checkpoint_interval_s
+        machine = len(window.node_names)
         self.want = [
-            spec.max_nodes
-            if rigid_nodes is None
-            else max(spec.min_nodes, min(rigid_nodes, spec.max_nodes))
+            max(spec.min_nodes, min(rigid_nodes or spec.max_nodes, spec.max_nodes, machine))
             for spec in (rec.spec for rec in self.result.jobs)
         ]
         self.run_from_s = [math.inf] * len(self.result.jobs)
@@ -124,8 +124,8 @@ def replay_rigid(
         window: the trace window.
         jobs: the jobs in arrival order; arrivals at or after the window's end are dropped.
         table: the scalability table (the jobs train at its depth-0 rates).
-        rigid_nodes: every job's node count (clamped to its min..max), or ``None``: its
-            ``max_nodes``.
+        rigid_nodes: every job's node count, or ``None``: its ``max_nodes``; at most the
+            window's node count, clamped to the job's min..max.
         checkpoint_interval_s: seconds of training between checkpoints, > 0.
         name: the policy's name in the result.
         on_progress: called with the simulated time after each step.

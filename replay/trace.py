@@ -111,23 +111,56 @@ class NodeTrace:
             open at the end of the trace are left out.
         """
         n_all = len(self.node_names)
-        node = np.concatenate([np.arange(n_all), self.change_node])
-        time_s = np.concatenate([np.zeros(n_all, dtype=np.int64), self.change_time_s])
-        idle = np.concatenate([self.initial_idle, self.change_idle])
-        order = np.lexsort((time_s, node))  # by node, then time; stable, initial rows first
-        node, time_s, idle = node[order], time_s[order], idle[order]
-        same_node = np.concatenate([[False], node[1:] == node[:-1]])
-        was_idle = np.concatenate([[False], idle[:-1]]) & same_node
-        starts = np.flatnonzero(idle & ~was_idle)  # first row of each run of idle rows
-        ends = np.flatnonzero(~idle & was_idle)  # first busy row after such a run
-        # Runs alternate within a node, so each end closes the last start before it.
-        opened = starts[np.searchsorted(starts, ends) - 1]
-        end_s, length_s = (
-            time_s[ends].astype(np.float64),
-            (time_s[ends] - time_s[opened]).astype(np.float64),
+        start_s, end_s, _ = completed_idle_runs(
+            self.initial_idle,
+            np.zeros(n_all),
+            self.change_time_s,
+            self.change_node,
+            self.change_idle,
         )
+        length_s = end_s - start_s
         by_end = np.argsort(end_s, kind="stable")
         return end_s[by_end], length_s[by_end]
+
+
+def completed_idle_runs(
+    initial_idle: np.ndarray,
+    initial_since_s: np.ndarray,
+    change_time_s: np.ndarray,
+    change_node: np.ndarray,
+    change_idle: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The completed idle runs of every node: idle, then busy again.
+
+    Args:
+        initial_idle: whether each node is idle at the start, bool, shape (N,).
+        initial_since_s: when each node's state at the start began, seconds (only read for
+            idle nodes: the start of a run already open), shape (N,).
+        change_time_s: time of each later row, seconds, shape (M,), nondecreasing.
+        change_node: node id of each row, shape (M,).
+        change_idle: whether the row makes its node idle (else busy), bool, shape (M,); a
+            row that restates a node's state changes nothing.
+
+    Returns:
+        ``(start_s, end_s, open_runs)``: the start and end of each completed run, float64
+        arrays of shape (K,) in node order, and how many runs are still open after the last
+        row.
+    """
+    n_all = len(initial_idle)
+    node = np.concatenate([np.arange(n_all), change_node])
+    time_s = np.concatenate([np.asarray(initial_since_s, dtype=np.float64), change_time_s])
+    idle = np.concatenate([initial_idle, change_idle])
+    # By node, then row order (initial rows first): the rows are in time order already, and
+    # the times of busy nodes' initial rows may be NaN, which a sort on time would misplace.
+    order = np.lexsort((np.arange(len(node)), node))
+    node, time_s, idle = node[order], time_s[order], idle[order]
+    same_node = np.concatenate([[False], node[1:] == node[:-1]])
+    was_idle = np.concatenate([[False], idle[:-1]]) & same_node
+    starts = np.flatnonzero(idle & ~was_idle)  # first row of each run of idle rows
+    ends = np.flatnonzero(~idle & was_idle)  # first busy row after such a run
+    # Runs alternate within a node, so each end closes the last start before it.
+    opened = starts[np.searchsorted(starts, ends) - 1]
+    return time_s[opened], time_s[ends], len(starts) - len(ends)
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ their marks (see :func:`pytest_collection_modifyitems`)."""
 
 
 LANES = 2
-"""pytest-xdist workers of a whole-suite run: one per lane (the VM's 2 cores)."""
+"""pytest-xdist workers of a whole-suite run (the VM's 2 cores)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads these options
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Run the whole suite (``python -m pytest``, no paths given) as ``-n 2 --dist loadgroup``
-    where pytest-xdist is installed and no ``-n``/``--dist`` is given: the two lanes of
-    :func:`pytest_collection_modifyitems` side by side. A run of some paths (a module, a
+    where pytest-xdist is installed and no ``-n``/``--dist`` is given: the serial lane of
+    :func:`lane` beside the other modules. A run of some paths (a module, a
     folder) stays in one process, which starts faster than two workers do."""
     whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     if (
@@ -42,23 +42,40 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test in one of two lanes, which pytest-xdist (``--dist loadgroup``, see
-    :func:`pytest_cmdline_main`) runs side by side, each in its own worker, in collection order.
+SERIAL_LANE = "serial"
+"""The ``xdist_group`` of the tests that run one at a time (see :func:`lane`)."""
 
-    The ``serial`` lane holds the ``slow`` tests (several processes, grace periods and
-    timeouts met on this machine) and :data:`SERIAL_MODULES`: they run one at a time, as
-    without xdist. The ``rest`` lane holds the other tests, most of them in one process.
-    A test that names its own ``xdist_group`` keeps it. Without xdist the marks do nothing.
+
+def lane(item: pytest.Item) -> str | None:
+    """The ``xdist_group`` a test runs in under ``--dist loadgroup``, or None for a test
+    outside ``tests/`` or one that names its own group.
+
+    - :data:`SERIAL_LANE`: the ``slow`` tests (several processes, grace periods and timeouts
+      met on this machine) and :data:`SERIAL_MODULES`, one at a time, as without xdist.
+    - Any other test, and a ``slow`` one marked ``load_tolerant`` (several processes, but
+      no deadline to meet: exactly-once and equal losses hold whatever the load): its
+      module's path. pytest-xdist hands whole modules to whichever worker
+      is free (largest first), so the modules fill both workers around the serial lane, and a
+      module's fixtures are set up in one worker only.
     """
     tests = Path(__file__).parent
+    if item.get_closest_marker("xdist_group") or not item.path.is_relative_to(tests):
+        return None
+    path = item.path.relative_to(tests).as_posix()
+    timed = item.get_closest_marker("slow") and not item.get_closest_marker("load_tolerant")
+    if timed or path.startswith(SERIAL_MODULES):
+        return SERIAL_LANE
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its :func:`lane`, which pytest-xdist (``--dist loadgroup``, see
+    :func:`pytest_cmdline_main`) keeps in one worker. Without xdist the marks do nothing."""
     for item in items:
-        if item.get_closest_marker("xdist_group") or not item.path.is_relative_to(tests):
-            continue
-        path = item.path.relative_to(tests).as_posix()
-        serial = item.get_closest_marker("slow") or path.startswith(SERIAL_MODULES)
-        item.add_marker(pytest.mark.xdist_group("serial" if serial else "rest"))
+        group = lane(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
@@ -73,10 +90,24 @@ def bftrainer_dir() -> Path:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the failure of each test that pytest-rerunfailures ran again (the pilot may rerun
     once): the plugin keeps only the test's name, and the cause of a flaky failure is what the
-    next fix needs."""
+    next fix needs. Under xdist, also print each worker's busy seconds and the serial lane's,
+    which say whether the lanes are balanced."""
     reruns = terminalreporter.stats.get("rerun", [])
     if reruns:
         terminalreporter.section("failures before a rerun")
         for report in reruns:
             terminalreporter.write_sep("_", report.nodeid)
             terminalreporter.write_line(report.longreprtext)
+    busy: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            worker = getattr(report, "node", None)
+            if isinstance(report, pytest.TestReport) and worker is not None:
+                name = worker.gateway.id
+                busy[name] = busy.get(name, 0.0) + report.duration
+                if report.nodeid.endswith(f"@{SERIAL_LANE}"):
+                    busy[SERIAL_LANE] = busy.get(SERIAL_LANE, 0.0) + report.duration
+    if busy:
+        terminalreporter.write_line(
+            "busy seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(busy.items()))
+        )

@@ -113,11 +113,13 @@ def fill(
     and SchedNodes; scontrol show res: reservations) and posts, for each node the service
     shows idle, an idle event whose until is the earliest planned start that takes the node,
     or withdraws (until null) one it posted that the plan no longer has; a second line says
-    so. Runs until interrupted, a failed pass reported on stderr and retried; with --once, one
-    pass, and a failure exits with code 2.
+    so. Its first pass takes the forecasts the service holds for idle nodes of the partition
+    as its own, so after a restart it withdraws those the plan no longer gives. A line of
+    Slurm's output it cannot read (or a start after 2100) is left out with a warning on
+    stderr, and the pass's line counts them. Runs until interrupted, a failed pass reported
+    on stderr and retried; with --once, one pass, and a failure exits with code 2.
     """
     from interstice.agents.client import ServiceClient, ServiceRejected, ServiceUnavailable
-    from interstice.agents.slurm.env import NodeListError
     from interstice.agents.slurm.fill import SlurmCommandError, fill_once, run_slurm
     from interstice.agents.slurm.plan import Posted, forecast_pass
     from interstice.agents.slurm.scripts import PlaceholderJob
@@ -126,7 +128,7 @@ def fill(
     servers = [url.strip() for given in server or [] for url in given.split(",") if url.strip()]
     client = ServiceClient(servers, _scheduler_token(token_file)) if servers else None
     posted = Posted()
-    failures = (SlurmCommandError, NodeListError, ValueError, ServiceRejected, ServiceUnavailable)
+    failures = (SlurmCommandError, ServiceRejected, ServiceUnavailable)
     while True:
         try:
             outcome = fill_once(job, max_jobs)
@@ -134,25 +136,36 @@ def fill(
                 f"partition {partition}: {outcome.nodes} usable nodes, {outcome.queued} "
                 f"placeholders queued or running, submitted {len(outcome.submitted)}"
                 + (f" ({', '.join(outcome.submitted)})" if outcome.submitted else "")
+                + _left_out(outcome.dropped)
             )
             if client is not None:
                 seen = forecast_pass(
                     run_slurm,
                     lambda *a, **k: client.call(*a, give_up_after_s=interval_s, **k),
                     posted,
+                    partition,
                 )
                 typer.echo(
                     f"forecasts: {seen.planned} nodes wanted back by Slurm's plan, "
-                    f"posted {seen.posted}, withdrawn {seen.withdrawn}"
+                    f"posted {seen.posted}, withdrawn {seen.withdrawn}" + _left_out(seen.dropped)
                 )
-        except failures as error:
-            if once:
-                fail(str(error))
+        except Exception as error:
             # A passing fault (slurmctld restarting) must not end the loop: retry next pass.
-            typer.echo(f"error: {' '.join(str(error).split())}", err=True)
+            # Nor must one this code did not foresee: the loop outlives any pass.
+            message = str(error) if isinstance(error, failures) else f"{error!r}"
+            if once:
+                fail(message)
+            typer.echo(f"error: {' '.join(message.split())}", err=True)
         if once:
             return
         sleep(interval_s)
+
+
+def _left_out(notes: tuple[str, ...]) -> str:
+    """Each note of a line left out, on stderr; the count for the pass's line."""
+    for note in notes:
+        typer.echo(f"warning: {' '.join(note.split())}", err=True)
+    return f", Slurm lines left out: {len(notes)}" if notes else ""
 
 
 def _scheduler_token(token_file: Path | None) -> str:

@@ -13,8 +13,10 @@ names in which a bracket holds comma-separated numbers or ranges, zero padding k
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain, product
+from math import prod
 
 SLURM_ENV: dict[str, str] = {
     "job_id": "SLURM_JOB_ID",
@@ -26,7 +28,10 @@ SLURM_ENV: dict[str, str] = {
 MAX_NODES_PER_EXPRESSION = 1_000_000
 """A bound on the names one expression may expand to, so a typo cannot exhaust memory."""
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+QUOTED_MAX_CHARS = 100
+"""Characters of an expression quoted in an error message."""
+
+_RANGE = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")  # 18 digits: far past any node number
 
 
 class SlurmEnvError(ValueError):
@@ -97,6 +102,10 @@ def read_job_env(environ: Mapping[str, str]) -> SlurmJobEnv:
 def parse_node_list(expression: str) -> list[str]:
     """Expand a Slurm node-list expression into node names, in order.
 
+    The names are counted from the brackets' ranges before any is built, so an expression
+    such as ``r[1-999999]n[1-999999]`` (each bracket within the bound, their product 10^12)
+    is refused at the cost of reading it.
+
     Args:
         expression: e.g. ``"a01n[01-03],b02n05"``; surrounding whitespace is ignored and an
             empty expression is an empty list.
@@ -110,13 +119,30 @@ def parse_node_list(expression: str) -> list[str]:
             whose end is below its start, a non-numeric range, or an expression of more than
             :data:`MAX_NODES_PER_EXPRESSION` names.
     """
-    names: list[str] = []
-    for item in _split_top_level(expression.strip()):
-        names.extend(_expand_name(item, expression))
-        if len(names) > MAX_NODES_PER_EXPRESSION:
-            raise NodeListError(
-                f"node list {expression!r} expands to more than {MAX_NODES_PER_EXPRESSION} names"
-            )
+    items = [_parse_name(item, expression) for item in _split_top_level(expression.strip())]
+    count = sum(prod(_count(bracket) for bracket in brackets) for _, brackets in items)
+    if count > MAX_NODES_PER_EXPRESSION:
+        raise NodeListError(
+            f"node list {quoted(expression)} is too long: it expands to {count} names, more "
+            f"than {MAX_NODES_PER_EXPRESSION}"
+        )
+    return [
+        "".join(chain.from_iterable(zip(literals, numbers, strict=True)))
+        for literals, brackets in items
+        for numbers in product(*(list(_numbers(bracket)) for bracket in brackets), [""])
+    ]
+
+
+def node_names(output: str, command: str, dropped: list[str]) -> set[str]:
+    """The names of ``output``'s node lists, one a line (``sinfo -o %N``); a line that is not
+    a node list (:func:`parse_node_list` refuses it) is left out with a note in ``dropped``
+    naming ``command``, so one bad line never hides the others."""
+    names: set[str] = set()
+    for line in output.splitlines():
+        try:
+            names.update(parse_node_list(line))
+        except NodeListError as error:
+            dropped.append(f"{command}: left out {quoted(line)}: {error}")
     return names
 
 
@@ -129,51 +155,64 @@ def _split_top_level(expression: str) -> list[str]:
         if char == "[":
             depth += 1
             if depth > 1:
-                raise NodeListError(f"nested '[' at position {position} in {expression!r}")
+                raise NodeListError(f"nested '[' at position {position} in {quoted(expression)}")
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise NodeListError(f"unmatched ']' at position {position} in {expression!r}")
+                raise NodeListError(f"unmatched ']' at position {position} in {quoted(expression)}")
         elif char == "," and depth == 0:
             items.append(expression[start:position])
             start = position + 1
     if depth:
-        raise NodeListError(f"unclosed '[' in {expression!r}")
+        raise NodeListError(f"unclosed '[' in {quoted(expression)}")
     items.append(expression[start:])
     for item in items:
         if not item.strip():
-            raise NodeListError(f"empty node name in {expression!r}")
+            raise NodeListError(f"empty node name in {quoted(expression)}")
     return [item.strip() for item in items]
 
 
-def _expand_name(item: str, expression: str) -> list[str]:
-    """Expand one name with zero or more brackets into the cross product of its ranges."""
-    prefixes = [""]
-    for match in re.finditer(r"([^\[\]]*)(\[([^\]]*)\])?", item):
-        literal, bracket = match.group(1), match.group(3)
-        prefixes = [prefix + literal for prefix in prefixes]
-        if bracket is not None:
-            numbers = _expand_bracket(bracket, expression)
-            if len(prefixes) * len(numbers) > MAX_NODES_PER_EXPRESSION:  # before building it
-                raise NodeListError(
-                    f"{item!r} in {expression!r} expands to more than "
-                    f"{MAX_NODES_PER_EXPRESSION} names"
-                )
-            prefixes = [prefix + number for prefix in prefixes for number in numbers]
-    return prefixes
+Bracket = list[tuple[range, int]]
+"""A bracket's ranges, each with the width its numbers are zero-padded to."""
 
 
-def _expand_bracket(bracket: str, expression: str) -> list[str]:
-    """``"01-03,7"`` -> ``["01", "02", "03", "7"]``; raises NodeListError on a bad item."""
-    numbers: list[str] = []
+def _parse_name(item: str, expression: str) -> tuple[list[str], list[Bracket]]:
+    """One name (its brackets checked by :func:`_split_top_level`) as its literals, one more
+    than its brackets, and its brackets (``a[1-2]b``: ``["a", "b"]`` and the bracket ``1-2``)."""
+    pieces = re.split(r"\[([^\]]*)\]", item)  # literal, bracket, literal, ..., literal
+    return pieces[::2], [_parse_bracket(bracket, expression) for bracket in pieces[1::2]]
+
+
+def _parse_bracket(bracket: str, expression: str) -> Bracket:
+    """``"01-03,7"`` -> ``[(range(1, 4), 2), (range(7, 8), 1)]``; raises NodeListError on a
+    bad item."""
+    ranges: Bracket = []
     for part in bracket.split(","):
         match = _RANGE.match(part.strip())
         if match is None:
-            raise NodeListError(f"bad range {part!r} in {expression!r}")
+            raise NodeListError(f"bad range {quoted(part)} in {quoted(expression)}")
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
-            raise NodeListError(f"range {part!r} ends below its start in {expression!r}")
-        if len(numbers) + int(high) - int(low) >= MAX_NODES_PER_EXPRESSION:
-            raise NodeListError(f"bracket [{bracket}] in {expression!r} is too long")
-        numbers.extend(str(number).zfill(len(low)) for number in range(int(low), int(high) + 1))
-    return numbers
+            raise NodeListError(
+                f"range {quoted(part)} ends below its start in {quoted(expression)}"
+            )
+        ranges.append((range(int(low), int(high) + 1), len(low)))
+    return ranges
+
+
+def _count(bracket: Bracket) -> int:
+    return sum(len(numbers) for numbers, _ in bracket)
+
+
+def _numbers(bracket: Bracket) -> Iterator[str]:
+    for numbers, width in bracket:
+        for number in numbers:
+            yield str(number).zfill(width)
+
+
+def quoted(text: str) -> str:
+    """``text`` quoted for a message, cut to :data:`QUOTED_MAX_CHARS` characters (a node list
+    of a hostile line may be megabytes long)."""
+    if len(text) <= QUOTED_MAX_CHARS:
+        return repr(text)
+    return repr(text[:QUOTED_MAX_CHARS]) + f"... ({len(text)} characters)"

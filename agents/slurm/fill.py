@@ -1,7 +1,8 @@
 """Keep one placeholder job per usable node of the scavenger partition queued or running.
 
-Each pass asks Slurm for the partition's usable nodes (``sinfo``, a node list expanded by
-:func:`~interstice.agents.slurm.env.parse_node_list`) and for the placeholder jobs pending or
+Each pass asks Slurm for the partition's usable nodes (``sinfo``, node lists expanded by
+:func:`~interstice.agents.slurm.env.node_names`, which leaves out a line it cannot read with a
+note) and for the placeholder jobs pending or
 running there (``squeue``, by job name), then submits the difference with ``sbatch``. So a
 node that turns idle finds a placeholder waiting, and one preempted (PreemptMode=CANCEL) is
 replaced at the next pass.
@@ -10,7 +11,7 @@ replaced at the next pass.
 import subprocess
 from dataclasses import dataclass
 
-from interstice.agents.slurm.env import parse_node_list
+from interstice.agents.slurm.env import node_names
 from interstice.agents.slurm.scripts import PlaceholderJob, render_sbatch
 
 SLURM_COMMAND_TIMEOUT_S = 30.0
@@ -35,11 +36,13 @@ class FillPass:
         nodes: usable nodes in the partition.
         queued: placeholder jobs pending or running before the pass.
         submitted: ids of the jobs submitted in the pass.
+        dropped: notes of the sinfo lines left out (not node lists).
     """
 
     nodes: int
     queued: int
     submitted: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
 
 
 def placeholders_missing(nodes: int, queued: int, max_jobs: int | None = None) -> int:
@@ -94,18 +97,15 @@ def run_slurm(
     return result.stdout
 
 
-def usable_nodes(partition: str) -> list[str]:
-    """The partition's nodes in a usable state, from ``sinfo``.
+def usable_nodes(partition: str, dropped: list[str]) -> list[str]:
+    """The partition's nodes in a usable state, from ``sinfo``; a line that is not a node
+    list is left out with a note in ``dropped``.
 
     Raises:
         SlurmCommandError: sinfo failed.
-        NodeListError: sinfo printed a node list this module cannot parse.
     """
     output = run_slurm(["sinfo", "-h", "-p", partition, "-t", USABLE_NODE_STATES, "-o", "%N"])
-    names: set[str] = set()
-    for line in output.splitlines():
-        names.update(parse_node_list(line))
-    return sorted(names)
+    return sorted(node_names(output, "sinfo", dropped))
 
 
 def queued_placeholders(job: PlaceholderJob) -> list[str]:
@@ -139,14 +139,14 @@ def fill_once(job: PlaceholderJob, max_jobs: int | None = None) -> FillPass:
         max_jobs: a cap on placeholders queued or running, None for one per usable node.
 
     Returns:
-        What the pass saw and submitted.
+        What the pass saw and submitted, and the notes of the sinfo lines left out.
 
     Raises:
         SlurmCommandError: a Slurm command failed.
-        NodeListError: sinfo printed an unparsable node list.
     """
-    nodes = usable_nodes(job.partition)
+    dropped: list[str] = []
+    nodes = usable_nodes(job.partition, dropped)
     queued = queued_placeholders(job)
     missing = placeholders_missing(len(nodes), len(queued), max_jobs)
     submitted = tuple(submit_placeholder(job) for _ in range(missing))
-    return FillPass(nodes=len(nodes), queued=len(queued), submitted=submitted)
+    return FillPass(len(nodes), len(queued), submitted, tuple(dropped))

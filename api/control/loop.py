@@ -199,7 +199,11 @@ def build_problem(service: Service) -> tuple[Problem, str] | None:
         )
         if not problem_jobs:
             return None
+        # the pool's own only: the pool and the untils are two reads, not one snapshot (read
+        # committed; SQLite's reads outside a transaction), and a node that entered the pool
+        # between them would give more forecasts than idle nodes (a coverage above 1)
         untils = state.allocatable_untils(session, multi_user)
+        untils = {node: until for node, until in untils.items() if node in in_pool}
         forecasts = idle_forecast_s(untils, utcnow()) or None
         problem = Problem(
             idle_nodes=tuple(pool),

@@ -37,7 +37,8 @@ def register_agent(
     body: AgentCreate, response: Response, service: ServiceDep, _: AgentToken
 ) -> AgentRegistered:
     """Register the agent of a node: 201 the first time, 200 (same ``agent_id``) after.
-    With ``report_idle`` the node becomes idle as on a scheduler ``idle`` event. Roles: agent.
+    With ``report_idle`` the node becomes idle as on a scheduler ``idle`` event. With a
+    ``fault`` the node is quarantined; without, its quarantine ends. Roles: agent.
     """
     answer, created = agents.register(service, body)
     if not created:
@@ -95,7 +96,8 @@ async def poll_commands(
 ) -> CommandsPublic:
     """Long-poll: every pending command of the agent, oldest first, at once when there is
     one; else after at most ``wait`` seconds, none. A command is answered again until
-    acknowledged. A poll of an alive agent renews its lease like a heartbeat. Roles: agent."""
+    acknowledged. A poll of an alive agent renews its lease like a heartbeat. An agent that
+    left (``DELETE``) stays known, ``left``, so its poll still answers. Roles: agent."""
     number = agents.alive_agent(service, agent_id)
     if number is not None:
         service.leases.touch(number)
@@ -154,6 +156,7 @@ async def ack_command(
 ) -> CommandAckAnswer:
     """Acknowledge a command (idempotent). ``ok: false`` records ``error`` on the job; with
     ``job_failed: true`` (a reason of the job itself) the job fails at once, otherwise a job
-    whose commands failed ``max_command_failures`` times is ``failed``. Acks that arrive
+    whose commands failed ``max_command_failures`` times is ``failed``; with ``node_fault:
+    true`` (a reason of the node) the node is also quarantined. Acks that arrive
     together are written in one transaction (:mod:`interstice.api.control.acks`). Roles: agent."""
     return await service.acks.ack(agents.Ack(agent_id, command_id, body))

@@ -38,8 +38,8 @@ async def readyz(service: ServiceDep, request: Request, response: Response) -> H
     },
 )
 def metrics(service: ServiceDep) -> Response:
-    """Prometheus text format: nodes idle/allocatable/allocated, jobs by state, pending
-    commands, agents alive, solve time histogram, solver statuses, rescales, request latency.
-    No token."""
+    """Prometheus text format: nodes idle/allocatable/allocated/quarantined, jobs by state,
+    pending commands, agents alive, solve time histogram, solver statuses, rescales, request
+    latency. No token."""
     reports.refresh_gauges(service)
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

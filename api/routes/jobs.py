@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 from interstice.api.deps import ServiceDep, UserToken, roles
+from interstice.api.schemas.common import NO_NUL_PATTERN
 from interstice.api.schemas.jobs import (
     JobCreate,
     JobLogPublic,
@@ -89,10 +90,31 @@ def list_jobs(
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    user: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NO_NUL_PATTERN,
+            description="only this user's jobs (the job's ``user``: its owner's Unix account, "
+            "else the name of the token that submitted it)",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NO_NUL_PATTERN,
+            description="only jobs whose model, entrypoint or command contains this text "
+            "(case-insensitive)",
+        ),
+    ] = None,
 ) -> JobsPublic:
-    """The caller's jobs (admin: all jobs), newest first; ``count`` is the total before
+    """The caller's jobs (admin: all jobs), newest first, filtered by ``state``, ``user`` and
+    ``name`` (all given must hold); ``count`` is the total of the filtered jobs before
     ``limit``/``offset``. Roles: user, admin."""
-    return jobs.list_jobs(service, who, state, limit, offset)
+    return jobs.list_jobs(service, who, state, limit, offset, user=user, name=name)
 
 
 @router.get("/{job_id}", **roles("user", "admin", errors=(404,)))
@@ -125,7 +147,8 @@ def job_metrics(
 ) -> JobMetricsPublic:
     """The series the job's workers reported (``elastic.report``), one entry per report that
     advanced the step, oldest first: step, samples, loss, samples/s, world size and the
-    script's own metrics. 404 for an unknown job or another user's. Roles: user, admin."""
+    script's own metrics; a cancelled job's (``DELETE``) stay. 404 for an unknown job or
+    another user's. Roles: user, admin."""
     return jobs.job_metrics(service, who, job_id, limit)
 
 
@@ -142,6 +165,6 @@ def job_logs(
 ) -> JobLogPublic:
     """stdout+stderr of one rank over every generation, oldest first: the last ``tail``
     lines, or with ``offset`` the bytes from there (at most 1 MiB; ask again from
-    ``next_offset`` to follow). 404 for an unknown job, another user's, or a rank with no
-    log yet. Roles: user, admin."""
+    ``next_offset`` to follow); a cancelled job's (``DELETE``) stay. 404 for an unknown job,
+    another user's, or a rank with no log yet. Roles: user, admin."""
     return jobs.job_log(service, who, job_id, rank, tail, offset)

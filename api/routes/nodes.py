@@ -1,10 +1,11 @@
-"""Scheduler-facing routes: node events, the node list and the nodes over time."""
+"""Scheduler-facing routes: node events, the node list and the nodes over time; an admin's
+release of a quarantined node."""
 
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Query
-from interstice.api.deps import NodeReader, SchedulerToken, ServiceDep, roles
+from fastapi import APIRouter, Path, Query
+from interstice.api.deps import AdminToken, NodeReader, SchedulerToken, ServiceDep, roles
 from interstice.api.schemas.common import NAME_PATTERN, UTCTime
 from interstice.api.schemas.nodes import (
     NODES_PAGE_DEFAULT,
@@ -12,6 +13,7 @@ from interstice.api.schemas.nodes import (
     NodeEventsCreate,
     NodeEventsResult,
     NodeHistoryPublic,
+    NodePublic,
     NodesPublic,
 )
 from interstice.api.services import nodes, reports
@@ -62,7 +64,8 @@ def get_nodes(
     ] = None,
 ) -> NodesPublic:
     """The nodes by name, a page at a time: scheduler state, agent, holder and whether it is
-    allocatable (idle with an alive agent). Roles: scheduler, admin.
+    allocatable (idle with an alive agent, not quarantined), and since when and why it is
+    quarantined. Roles: scheduler, admin.
 
     A page holds at most ``limit`` nodes (default 1,000, at most 10,000: a small cluster is
     one page); ``count`` is the number of all nodes; ``next_cursor``, an opaque string, asks
@@ -71,6 +74,21 @@ def get_nodes(
     when out of range or malformed.
     """
     return nodes.list_nodes(service, limit, cursor)
+
+
+@router.post("/{name}/release", **roles("admin", errors=(404,)))
+async def release_node(
+    name: Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN)],
+    service: ServiceDep,
+    who: AdminToken,
+) -> NodePublic:
+    """End the node's quarantine: a node whose launch failed for a reason of its own (its
+    launcher could not start, the job's owner is unknown there, a full disk) gets no job
+    until its agent registers with a warm launcher or an admin releases it here. An idle
+    node with an alive agent is allocatable again at once. Idempotent: a node not
+    quarantined is answered as it is. Audited (``node.release``). 404 for an unknown node.
+    Roles: admin."""
+    return await anyio.to_thread.run_sync(nodes.release_node, service, name, who)
 
 
 @router.get("/history", **roles("scheduler", "admin"))

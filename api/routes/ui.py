@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
+from interstice.api.deps import ServiceDep
 from starlette.staticfiles import StaticFiles
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
@@ -24,6 +25,14 @@ def dashboard() -> FileResponse:
     """The dashboard's page (no token needed to load it: every view asks the API with the
     token typed into the page)."""
     return FileResponse(UI_DIR / "index.html", media_type="text/html")
+
+
+@router.get("/ui/settings")
+def dashboard_settings(service: ServiceDep) -> dict[str, str]:
+    """The service's settings the page draws with (no token: they say nothing about nodes
+    or jobs): ``node_group_pattern``, the regular expression whose first group is a node's
+    cabinet on the node map."""
+    return {"node_group_pattern": service.settings.node_group_pattern}
 
 
 def static_files() -> StaticFiles:

@@ -27,6 +27,11 @@ class AgentCreate(Request):
             runs as root and knows ``job.owner``). An agent that does not say so (an older
             one drops ``owner`` and would run the job as its own account) gets no job in
             multi-user mode.
+        fault: why the node cannot run jobs now (its spare launcher exited during its warm-up,
+            e.g. torch missing, or is not warm in time; or a launch failed for a reason of
+            the node and the agent's health check has not passed since): the node is
+            quarantined with it. None: the agent's launcher is warm, which ends a quarantine
+            of the node.
     """
 
     node: str = NAME
@@ -35,6 +40,7 @@ class AgentCreate(Request):
     devices: list[str] = Field(default_factory=list, max_length=1000)
     report_idle: bool = False
     runs_as_owner: bool = False
+    fault: str | None = Field(default=None, min_length=1, max_length=HEARTBEAT_ERROR_MAX_CHARS)
 
 
 class AgentRegistered(BaseModel):
@@ -182,11 +188,16 @@ class CommandAck(Request):
             own (bad command, missing script, workers crashed), so the job fails at once
             with ``error``; otherwise (a node-side reason) failures are counted up to
             ``max_command_failures``.
+        node_fault: with ``ok: false`` and without ``job_failed``: the reason is this node's
+            own (its launcher could not start, the job's owner is unknown here, the run
+            directory cannot be made, e.g. a full disk): the node is quarantined and the job
+            placed elsewhere.
     """
 
     ok: bool = True
     error: str | None = Field(default=None, max_length=10000)
     job_failed: bool = False
+    node_fault: bool = False
 
 
 class CommandAckAnswer(BaseModel):

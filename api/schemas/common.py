@@ -13,18 +13,20 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
+
+from interstice.wire import LATEST_TIME
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 """The earliest time a request may name."""
-LATEST = datetime(2101, 1, 1, tzinfo=UTC)
-"""The first time past the latest a request may name (years 2000..2100 in UTC)."""
 _NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
 
 
@@ -43,7 +45,7 @@ def _utc_in_range(at: datetime) -> datetime:
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
     # compared as instants, so the offset counts (2100-12-31T23:00-05:00 is 2101 in UTC);
     # converted only once in range (astimezone overflows at the ends of year 1 and 9999)
-    if not EARLIEST <= at < LATEST:
+    if not EARLIEST <= at < LATEST_TIME:
         raise ValueError(f"{at.isoformat()} is outside the years 2000..2100 in UTC")
     return at.astimezone(UTC)
 
@@ -171,6 +173,22 @@ def _show_no_nul(schema: dict[str, Any], key_names: bool = False) -> None:
             _show_no_nul(branch)
     for field in schema.get("properties", {}).values():
         _show_no_nul(field)
+
+
+def not_together(**fields: dict[str, Any]) -> Any:
+    """A model's ``__get_pydantic_json_schema__`` that states, as JSON Schema's ``not``, a
+    rule its validators keep: ``fields`` may not all hold a value of their given schema at
+    once (e.g. ``entrypoint={"type": "string"}, command={"type": "array"}``: not both, while
+    either may be null or left out), so that generated valid bodies keep the rule too."""
+
+    def state(
+        cls: type[BaseModel], core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        schema["not"] = {"required": list(fields), "properties": fields}
+        return schema
+
+    return classmethod(state)
 
 
 class Request(BaseModel):

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from interstice.api.schemas.agents import JobOwner
-from interstice.api.schemas.common import Request, integer, integer_or_auto
+from interstice.api.schemas.common import Request, integer, integer_or_auto, not_together
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from interstice.wire import ENV_FIRST_STEP_DUMP_S, CommandKind, JobState, Parallelism
@@ -139,6 +139,10 @@ class JobCreate(Request):
             raise ValueError(f"names and values have {size} bytes (at most {ENV_MAX_BYTES})")
         return env
 
+    __get_pydantic_json_schema__ = not_together(
+        entrypoint={"type": "string"}, command={"type": "array"}
+    )  # the rule of _consistent that JSON Schema can state: not both
+
     @model_validator(mode="after")
     def _consistent(self) -> "JobCreate":
         if self.min_nodes > self.max_nodes:
@@ -197,6 +201,9 @@ class JobPublic(BaseModel):
         errors: commands agents acknowledged with ``ok: false``.
         owner: the Unix account the job runs as (``name``, ``uid``): the submitter's MUNGE
             identity or its token's account; null in single-user mode (the agent's account).
+        user: who the job belongs to: its owner's account name, else (single-user mode) the
+            name of the token that submitted it; the ``user`` of ``GET /v1/usage`` and of
+            the job list's ``user`` filter.
     """
 
     job_id: str
@@ -229,6 +236,7 @@ class JobPublic(BaseModel):
     rescales: list[RescalePublic]
     errors: list[CommandError]
     owner: JobOwner | None
+    user: str
 
 
 class JobsPublic(BaseModel):

@@ -4,8 +4,10 @@ from datetime import datetime
 from typing import Literal
 
 from interstice.api.schemas.agents import AgentState
-from interstice.api.schemas.common import NAME, Request, UTCTime
+from interstice.api.schemas.common import NAME, Request, UTCTime, not_together
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from interstice.wire import EVENT_ID_MAX_CHARS
 
 NodeState = Literal["idle", "busy"]
 
@@ -28,7 +30,7 @@ class NodeEventCreate(Request):
             node list) and the node's end counts as unknown.
     """
 
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: str = Field(min_length=1, max_length=EVENT_ID_MAX_CHARS)
     node: str = NAME
     state: NodeState
     at: UTCTime
@@ -46,6 +48,10 @@ class NodeEventCreate(Request):
         if at is not None and until <= at:
             raise ValueError(f"until {until.isoformat()} is not after at {at.isoformat()}")
         return until
+
+    __get_pydantic_json_schema__ = not_together(
+        state={"const": "busy"}, until={"type": "string"}
+    )  # the rule of _after_at that JSON Schema can state: no until on a busy event
 
 
 class NodeEventsCreate(Request):
@@ -111,9 +117,21 @@ class NodePublic(BaseModel):
         "is stale, and the optimizer reads the node's end as unknown (as if no ``until`` had "
         "been given) until the scheduler's next event"
     )
-    allocatable: bool
+    allocatable: bool = Field(
+        description="Idle, with an alive agent, and not quarantined: the optimizer may place a "
+        "job on it"
+    )
     agent: NodeAgentBrief | None
     holder: str | None
+    quarantined_at: datetime | None = Field(
+        description="Since when the node is quarantined (a launch failed for a reason of the "
+        "node, or its agent's launcher did not warm up): no job is placed on it until its "
+        "agent registers with a warm launcher or an admin releases it; None: not quarantined"
+    )
+    quarantine_reason: str | None = Field(
+        description="Why the node is quarantined: the failed launch's error, or why its "
+        "agent's launcher did not warm up; None: not quarantined"
+    )
 
 
 NODES_PAGE_DEFAULT = 1000

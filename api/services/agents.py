@@ -29,6 +29,7 @@ from interstice.api.schemas.agents import (
 )
 from interstice.api.services import state
 from interstice.api.services.jobs import command_job
+from interstice.api.services.quarantine import lift, quarantine
 from interstice.api.services.state import Changes, NotFound, parse_id
 from interstice.api.store.tables import Agent, Command, Job, Node, utcnow
 from sqlalchemy import select
@@ -44,7 +45,9 @@ def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool
     """Register (or re-register, same id) the agent of ``body.node``; with ``report_idle``
     its node becomes idle. The agent's ``runs_as_owner`` is kept: in multi-user mode a node
     whose agent does not run jobs as their owners is not allocatable
-    (:func:`state.allocatable`), and its registration logs a warning saying so.
+    (:func:`state.allocatable`), and its registration logs a warning saying so. A
+    registration with a ``fault`` quarantines the node, one without ends its quarantine
+    (:mod:`interstice.api.services.quarantine`).
 
     Returns:
         The answer and whether the agent is new.
@@ -72,6 +75,10 @@ def register(service: Service, body: AgentCreate) -> tuple[AgentRegistered, bool
         elif body.report_idle and node.state != "idle":
             node.state, node.since = "idle", utcnow()
             changes.stale = True
+        if body.fault is not None:
+            quarantine(node, body.fault, changes)
+        else:
+            lift(node, changes, "its agent registered with a warm launcher")
         session.flush()
         changes.stale = changes.stale or (
             (not was_alive or owners_changed) and node.state == "idle"
@@ -218,6 +225,7 @@ def ack_batch(service: Service, acks: Sequence[Ack]) -> list[CommandAckAnswer | 
                     service.settings.max_command_failures,
                     changes,
                     job_failed=body.job_failed,
+                    node_fault=body.node_fault,
                 )
             except NotFound as exc:
                 results.append(exc)

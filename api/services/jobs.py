@@ -27,11 +27,11 @@ from interstice.api.schemas.jobs import (
     JobsPublic,
     RescalePublic,
 )
-from interstice.api.services import idempotency, scalability, state
+from interstice.api.services import idempotency, scalability, state, usage
 from interstice.api.services.logs import Owned, read_rank_log
 from interstice.api.services.state import ACTIVE_JOB_STATES, Changes, Conflict, NotFound, parse_id
-from interstice.api.store.tables import Agent, Command, Job, JobMetric, Rescale
-from sqlalchemy import ColumnElement, func, or_, select
+from interstice.api.store.tables import Agent, Command, Job, JobMetric, Rescale, Token
+from sqlalchemy import ColumnElement, String, cast, func, or_, select
 from sqlalchemy.orm import Session
 
 from interstice.wire import DEFAULT_ENTRYPOINT, checkpoint_dir, job_dir
@@ -169,16 +169,36 @@ def _visible_job(session: Session, who: Principal, job_id: str) -> Job:
 
 
 def list_jobs(
-    service: Service, who: Principal, job_state: str | None, limit: int, offset: int
+    service: Service,
+    who: Principal,
+    job_state: str | None,
+    limit: int,
+    offset: int,
+    *,
+    user: str | None = None,
+    name: str | None = None,
 ) -> JobsPublic:
     """Jobs the caller may see (its own; all for admin), newest first; ``count`` is the
-    total before ``limit``/``offset``."""
+    total before ``limit``/``offset``. ``user``: only that user's jobs
+    (:func:`~interstice.api.services.usage.job_user`); ``name``: only jobs whose model,
+    entrypoint or command holds that text, case-insensitive."""
     with service.db.read() as session:
         query = select(Job)
         if who.role != "admin":
             query = query.where(_owned_by(who))
         if job_state is not None:
             query = query.where(Job.state == job_state)
+        if user is not None:
+            by_token = select(Token.id).where(Token.name == user)
+            query = query.where(
+                or_(
+                    Job.owner_name == user,
+                    Job.owner_name.is_(None) & Job.owner_token_id.in_(by_token),
+                )
+            )
+        if name is not None:
+            columns = (Job.model, Job.entrypoint, cast(Job.command, String))
+            query = query.where(or_(*(c.icontains(name, autoescape=True) for c in columns)))
         count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
         jobs = session.scalars(query.order_by(Job.id.desc()).limit(limit).offset(offset))
         data = [_job_public(session, j) for j in jobs]
@@ -352,4 +372,5 @@ def _job_public(session: Session, job: Job) -> JobPublic:
             )
             for c, node in errors
         ],
+        user=usage.job_user(job, usage.token_names(session, [job.owner_token_id])),
     )

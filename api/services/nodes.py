@@ -1,4 +1,4 @@
-"""Nodes: the scheduler's node events and the node list.
+"""Nodes: the scheduler's node events, the node list and an admin's release from quarantine.
 
 Functions take the running :class:`~interstice.api.service.Service`; they are synchronous
 (run in a thread: node events in their own few, :attr:`Service.event_writes`, so that they
@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from interstice.api.auth.tokens import Principal, audit_entry
+from interstice.api.limits import short
 from interstice.api.schemas.nodes import (
     NodeAgentBrief,
     NodeEventResult,
@@ -19,7 +21,8 @@ from interstice.api.schemas.nodes import (
     NodesPublic,
 )
 from interstice.api.services import ingest
-from interstice.api.services.state import Changes
+from interstice.api.services.quarantine import lift
+from interstice.api.services.state import Changes, NotFound
 from interstice.api.store.tables import Agent, Node, utcnow
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -70,9 +73,10 @@ def _result(applied: ingest.Applied) -> NodeEventResult:
     )
 
 
-def _iso(at: datetime) -> str:
-    """``at`` (aware UTC) as the answers' JSON writes times: ISO 8601 ending in ``Z``."""
-    return at.isoformat().replace("+00:00", "Z")
+def _iso(at: datetime | None) -> str | None:
+    """``at`` (aware UTC) as the answers' JSON writes times: ISO 8601 ending in ``Z``
+    (None for None)."""
+    return None if at is None else at.isoformat().replace("+00:00", "Z")
 
 
 def stale(until: datetime | None, now: datetime) -> bool:
@@ -90,8 +94,9 @@ def count_stale_forecasts(session: Session, now: datetime) -> int:
 
 
 def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
-    """A page of nodes with their state, agent and holder, by name; ``allocatable``: idle
-    with an alive agent; ``until_stale``: its ``until`` has passed (:func:`stale`).
+    """A page of nodes with their state, agent, holder and quarantine, by name;
+    ``allocatable``: idle with an alive agent, not quarantined; ``until_stale``: its
+    ``until`` has passed (:func:`stale`).
 
     Args:
         service: the running service.
@@ -109,18 +114,48 @@ def list_nodes(service: Service, limit: int, cursor: str | None) -> NodesPublic:
             query = query.where(Node.name > cursor)
         rows = session.execute(query.order_by(Node.name).limit(limit + 1)).all()
         total = session.scalar(select(func.count()).select_from(Node)) or 0
-        data = [
-            NodePublic(
-                name=n.name,
-                state=n.state,  # type: ignore[arg-type]
-                since=n.since,
-                until=n.until,
-                until_stale=stale(n.until, now),
-                allocatable=n.state == "idle" and a is not None and a.state == "alive",
-                agent=None if a is None else NodeAgentBrief.model_validate(a),
-                holder=None if n.holder_job_id is None else f"j-{n.holder_job_id}",
-            )
-            for n, a in rows[:limit]
-        ]
+        data = [_public(n, a, now) for n, a in rows[:limit]]
     next_cursor = data[-1].name if len(rows) > limit else None
     return NodesPublic(data=data, count=total, next_cursor=next_cursor)
+
+
+def _public(node: Node, agent: Agent | None, now: datetime) -> NodePublic:
+    """``node`` (with its ``agent``) as :func:`list_nodes` shows it at ``now``."""
+    return NodePublic(
+        name=node.name,
+        state=node.state,  # type: ignore[arg-type]
+        since=node.since,
+        until=node.until,
+        until_stale=stale(node.until, now),
+        allocatable=node.state == "idle"
+        and agent is not None
+        and agent.state == "alive"
+        and node.quarantined_at is None,
+        agent=None if agent is None else NodeAgentBrief.model_validate(agent),
+        holder=None if node.holder_job_id is None else f"j-{node.holder_job_id}",
+        quarantined_at=node.quarantined_at,
+        quarantine_reason=node.quarantine_reason,
+    )
+
+
+def release_node(service: Service, name: str, who: Principal) -> NodePublic:
+    """An admin releases ``name`` from quarantine (:mod:`interstice.api.services.quarantine`):
+    an idle node with an alive agent is allocatable again and a solve follows. Idempotent (a
+    node not quarantined is answered as it is); audited (``node.release``) when it ends a
+    quarantine.
+
+    Raises:
+        NotFound: no node ``name``.
+    """
+    changes = Changes()
+    with service.db.write() as session:
+        node = session.get(Node, name)
+        if node is None:
+            raise NotFound(f"node {short(name)} not found")
+        old = {"quarantined_at": _iso(node.quarantined_at), "reason": node.quarantine_reason}
+        if lift(node, changes, f"released by {who.name}"):
+            session.add(audit_entry(who, "node.release", old, {"node": name}))
+        agent = session.scalar(select(Agent).where(Agent.node == name))
+        answer = _public(node, agent, utcnow())
+    service.after_commit(changes)
+    return answer

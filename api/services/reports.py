@@ -81,6 +81,9 @@ def refresh_gauges(service: Service) -> None:
         m.idle_nodes.set(nodes.get("idle", 0))
         m.busy_nodes.set(nodes.get("busy", 0))
         m.allocatable_nodes.set(len(state.allocatable_nodes(session, service.settings.multi_user)))
+        m.quarantined_nodes.set(
+            session.scalar(select(func.count()).where(Node.quarantined_at.is_not(None))) or 0
+        )
         m.allocated_nodes.set(
             session.scalar(select(func.count()).where(Node.holder_job_id.is_not(None))) or 0
         )

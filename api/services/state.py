@@ -22,6 +22,7 @@ from operator import itemgetter
 from typing import Any
 
 from interstice.api.schemas.agents import Heartbeat
+from interstice.api.services.quarantine import quarantine
 from interstice.api.store.tables import (
     Agent,
     Command,
@@ -92,8 +93,9 @@ def held_nodes(session: Session, job_id: int) -> list[str]:
     return sorted(session.scalars(select(Node.name).where(Node.holder_job_id == job_id)))
 
 
-ALLOCATABLE = and_(Node.state == "idle", Agent.state == "alive")
-"""A node the optimizer may fill: idle, with an alive agent (``Node`` joined to its ``Agent``)."""
+ALLOCATABLE = and_(Node.state == "idle", Agent.state == "alive", Node.quarantined_at.is_(None))
+"""A node the optimizer may fill: idle, with an alive agent, not quarantined (``Node`` joined
+to its ``Agent``; :mod:`interstice.api.services.quarantine`)."""
 
 
 def allocatable(multi_user: bool) -> ColumnElement[bool]:
@@ -108,8 +110,9 @@ class NodeView:
     """The nodes as the control loop sees them, from one query (:func:`node_view`).
 
     Attributes:
-        pool: the allocatable nodes (idle, with an alive agent; in multi-user mode one that
-            runs jobs as their owners), sorted by name: the pool the optimizer fills.
+        pool: the allocatable nodes (idle, with an alive agent, not quarantined; in
+            multi-user mode one that runs jobs as their owners), sorted by name: the pool the
+            optimizer fills.
         held: the nodes each job holds, by job id, each list sorted by name (allocatable
             or not).
     """
@@ -537,6 +540,7 @@ def ack_command(
     changes: Changes,
     *,
     job_failed: bool = False,
+    node_fault: bool = False,
 ) -> Command:
     """Acknowledge a command (idempotent: a second ack returns the first one's record).
 
@@ -548,9 +552,12 @@ def ack_command(
     complete) means the generation cannot form, so the job is released from all its nodes
     (rescale reason ``command_failed``, the job ``queued``) and the next solve starts a new
     generation, on the same or other nodes; a failure of an older generation changes
-    nothing. A failed ``stop`` is recorded only: it means the node ran none of the job's
-    workers (e.g. the ``start`` it would undo was superseded before the agent ran it), so
-    the job lost nothing.
+    nothing. With ``node_fault`` (the reason is the node's: its launcher could not start,
+    the owner is unknown there, its disk is full) the agent's node is also quarantined
+    (:func:`interstice.api.services.quarantine.quarantine`), so the job's next generation
+    goes to other nodes. A failed ``stop`` is recorded only: it means the node ran none of
+    the job's workers (e.g. the ``start`` it would undo was superseded before the agent ran
+    it), so the job lost nothing.
 
     Raises:
         NotFound: no such command for this agent.
@@ -565,11 +572,14 @@ def ack_command(
     command.error = None if ok else (error or "no error message")
     if not ok and command.kind != "stop":
         job = session.get_one(Job, command.job_id)
+        node = session.get_one(Agent, agent_id).node
+        what = f"{command.kind} on {node}"
+        node_row = session.get(Node, node) if node_fault and not job_failed else None
+        if node_row is not None:
+            quarantine(node_row, f"{command.kind} of {job.job_id} failed: {command.error}", changes)
         job.failed_commands += 1
         if job.state not in ACTIVE_JOB_STATES:
             return command
-        node = session.get_one(Agent, agent_id).node
-        what = f"{command.kind} on {node}"
         if job_failed:
             error = f"{what} failed: {command.error}"
             end_job(session, job, "failed", changes=changes, error=error)

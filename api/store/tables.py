@@ -127,7 +127,8 @@ class Node(Base):
     ``event_at`` is the ``at`` of the newest scheduler event applied to it: an event older
     than that is recorded but changes nothing (None: no event yet, e.g. an agent's node).
     ``until`` is that event's: when the scheduler expects to need the node back (None:
-    unknown).
+    unknown). ``quarantined_at`` (None: not quarantined) and ``quarantine_reason``: since when
+    and why no job is placed on it (:mod:`interstice.api.services.quarantine`).
     """
 
     __tablename__ = "nodes"
@@ -138,6 +139,8 @@ class Node(Base):
     holder_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
     event_at: Mapped[datetime | None]
     until: Mapped[datetime | None]
+    quarantined_at: Mapped[datetime | None]
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class IdleInterval(Base):

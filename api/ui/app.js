@@ -28,9 +28,12 @@ function current() {
 async function refresh(run) {
   const name = current();
   if (!savedToken()) return;
+  const started = performance.now();
   try {
     await get("/v1/jobs?limit=1"); // every role that may use the page can read this
     await mounted[name].refresh();
+    // how long the refresh took, up to the frame that shows it (read by bench/dashboard.py)
+    requestAnimationFrame(() => performance.measure(`interstice:refresh:${name}`, { start: started }));
     if (run === generation) status(`updated ${new Date().toLocaleTimeString()}`, "ok");
   } catch (error) {
     if (run !== generation) return;

@@ -88,6 +88,14 @@ export function panel(title, id) {
   return el("div", { class: "panel", id }, el("h2", { text: title }), el("div", { class: "body" }));
 }
 
+// A search box in `panel`'s heading: outside the panel's body, so it keeps its text and
+// focus across refreshes.
+export function searchBox(panel, id, placeholder) {
+  const input = el("input", { id, type: "search", placeholder, "aria-label": placeholder });
+  panel.querySelector("h2").append(" ", input);
+  return input;
+}
+
 // Stable colours per job id (also used by the node grid).
 // (no green, grey or red: those mean idle, busy and reclaimed)
 const PALETTE = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79"];

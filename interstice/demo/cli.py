@@ -20,8 +20,8 @@ from interstice.data import SYNTHETIC_TRACE, TRACE_FILE, demo_trace
 from interstice.errors import fail
 
 MAX_AGENTS = 16
-MAX_VIRTUAL_NODES = 4000
-"""Simulated agents on top of the real ones (the Summit trace has 4,734 nodes)."""
+MAX_VIRTUAL_NODES = 5000
+"""Simulated agents on top of the real ones: Summit's 4,734 nodes, and some more."""
 
 
 def demo(
@@ -40,7 +40,8 @@ def demo(
     virtual_nodes: Annotated[
         str,
         typer.Option(
-            metavar="INT", help="Simulated agents (register, heartbeat, ack; never train)."
+            metavar="INT",
+            help="Simulated agents (register, heartbeat, ack; never train), 0..5000.",
         ),
     ] = "0",
     jobs: Annotated[

@@ -38,16 +38,20 @@ from interstice.demo.jobs import ExampleJobs
 from interstice.demo.plan import ReplayPlan, plan_replay
 from interstice.demo.scheduler import SchedulerStandIn
 from interstice.demo.summary import final_summary, live_view, reclaim_outcomes, summary_table
-from interstice.demo.virtual import VirtualAgents
+from interstice.demo.virtual import (
+    HEARTBEATS_PER_S,
+    SimulatedAgentsFailed,
+    VirtualAgents,
+    service_env,
+    simulated_heartbeat_s,
+)
 from interstice.ports import free_ports
 from interstice.replay.trace import load_trace
 
 HEARTBEAT_S = 2.0
 """The service's heartbeat interval, seconds (an agent is lost after three), up to
-:data:`HEARTBEATS_PER_S` x 2 s simulated agents; longer with more of them."""
-HEARTBEATS_PER_S = 25.0
-"""Heartbeats per second the simulated agents send at most: with 200 of them at 2 s, a
-service on a loaded 2-core VM fell behind and most of them showed as lost."""
+:data:`~interstice.demo.virtual.HEARTBEATS_PER_S` x 2 s simulated agents; longer with more
+of them."""
 MAX_HEARTBEAT_S = 10.0
 """The longest heartbeat interval, seconds (the real agents' progress reaches the service
 at each heartbeat)."""
@@ -64,7 +68,9 @@ EXAMPLES = Path(interstice.examples.__file__).parent
 
 
 def heartbeat_s(virtual_nodes: int) -> float:
-    """The service's heartbeat interval for ``virtual_nodes`` simulated agents, seconds."""
+    """The service's heartbeat interval for ``virtual_nodes`` simulated agents, seconds
+    (beyond :data:`MAX_HEARTBEAT_S` x 25 of them, theirs is longer:
+    :func:`~interstice.demo.virtual.simulated_heartbeat_s`)."""
     return min(MAX_HEARTBEAT_S, max(HEARTBEAT_S, virtual_nodes / HEARTBEATS_PER_S))
 
 
@@ -322,11 +328,13 @@ class Demo:
             f"from {self.plan.window_start} at {options.speedup:g}x on nodes "
             f"{', '.join(self.plan.nodes)} ({self.plan.usable_reclaims} usable reclaims)"
         )
+        service_heartbeat_s = heartbeat_s(options.virtual_nodes)
         self.cluster = LocalCluster(
             self.root,
             list(self.plan.nodes),
-            heartbeat_s=heartbeat_s(options.virtual_nodes),
+            heartbeat_s=service_heartbeat_s,
             grace_s=AGENT_GRACE_S,
+            service_env=service_env(len(virtual_nodes), service_heartbeat_s),
         )
         with self.console.status("Starting the service..."):
             self.db_url = create_tokens(self.cluster)
@@ -345,16 +353,7 @@ class Demo:
             self.wait_for(self.cluster.spares_ready, "the agents' launchers warmed up")
             self.descendants.scan()
         if virtual_nodes:
-            with self.console.status(f"Registering {len(virtual_nodes)} simulated agents..."):
-                self.virtual = VirtualAgents(
-                    self.cluster.url, self.cluster.tokens["agent"], virtual_nodes
-                )
-                self.virtual.start(START_TIMEOUT_S)
-            self.check_stop()
-            self.console.print(
-                f"{len(virtual_nodes)} simulated agents registered; heartbeats every "
-                f"{self.cluster.heartbeat_s:g} s"
-            )
+            self.start_virtual(virtual_nodes)
         cluster = self.cluster
         self.jobs = ExampleJobs(lambda path: submit_job_file(cluster, path), options.duration_s)
         copies = self.jobs.start(options.jobs)
@@ -368,6 +367,33 @@ class Demo:
             )["data"],
             options.grace_s,
             virtual_nodes,
+        )
+
+    def start_virtual(self, nodes: list[str]) -> None:
+        """Register a simulated agent per node of ``nodes``; say how long it took.
+
+        Raises:
+            SimulatedAgentsFailed: not all registered (the message, also printed, says why).
+        """
+        assert self.cluster is not None
+        agents_heartbeat_s = simulated_heartbeat_s(len(nodes), self.cluster.heartbeat_s)
+        started = time.monotonic()
+        with self.console.status(f"Registering {len(nodes)} simulated agents..."):
+            self.virtual = VirtualAgents(
+                self.cluster.url, self.cluster.tokens["agent"], nodes, agents_heartbeat_s
+            )
+            self.virtual.start()
+            try:
+                self.virtual.wait_registered(START_TIMEOUT_S)
+            except SimulatedAgentsFailed as failed:
+                line = f"Simulated agents failed: {failed}"
+                self.console.print(line, markup=False, soft_wrap=True)
+                raise
+        self.check_stop()
+        self.console.print(
+            f"{len(nodes)} simulated agents registered in {time.monotonic() - started:.0f} s; "
+            f"they heartbeat every {agents_heartbeat_s:g} s, the real agents every "
+            f"{self.cluster.heartbeat_s:g} s"
         )
 
     def check_stop(self) -> None:
@@ -454,6 +480,7 @@ class Demo:
             job_names=self.job_names(),
             events_posted=self.scheduler.posted,
             reclaims=len(self.scheduler.reclaims),
+            simulated_failures=self.virtual.failures.line() if self.virtual else "",
         )
 
     def finish(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

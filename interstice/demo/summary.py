@@ -52,8 +52,11 @@ def live_view(
     job_names: dict[str, str],
     events_posted: int,
     reclaims: int,
+    simulated_failures: str = "",
 ) -> Group:
-    """The terminal's live view: clock, node counts, one row per job."""
+    """The terminal's live view: clock, node counts, the simulated agents' failed requests
+    (``simulated_failures``, :meth:`interstice.demo.virtual.Failures.line`) if any, one row
+    per job."""
     real = node_counts(nodes, set(real_nodes))
     head = Text.assemble(
         ("interstice demo ", "bold"),
@@ -84,6 +87,9 @@ def live_view(
             loss(job),
             str(true_rescales(job)),
         )
+    if simulated_failures:
+        failures = Text.assemble(("simulated agents ", "bold"), (simulated_failures, "red"))
+        return Group(head, node_line, failures, table)
     return Group(head, node_line, table)
 
 

@@ -15,7 +15,6 @@ the service planned.
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,10 +23,9 @@ pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip instal
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
-from typer.testing import CliRunner, Result  # noqa: E402
+from local_jobs import job_cli, last_json_line, reported_world_sizes  # noqa: E402
 
 from interstice import wire  # noqa: E402
-from interstice.cli import app  # noqa: E402
 
 NODES = ["n0", "n1", "n2", "n3"]
 RECLAIM_GRACE_S = 8.0
@@ -35,34 +33,6 @@ AGENT_GRACE_S = 10.0
 DIGITS_TOML = Path(__file__).parents[2] / "examples" / "digits.toml"
 TOTAL = "100000"  # samples: about 70 epochs of digits
 RESCALE_TIMEOUT_S = 120.0  # a new generation on a shared 2-core machine: torch imports
-
-
-def job_cli(cluster: LocalCluster, *args: str) -> Result:
-    """``interstice job ARGS`` as the cluster's user."""
-    flags = ["--server", cluster.url, "--token", cluster.tokens["user"]]
-    return CliRunner().invoke(app, ["job", *args, *flags])
-
-
-def reported_world_sizes(cluster: LocalCluster, job_id: str) -> list[int]:
-    """The world sizes of the metrics series, consecutive repeats merged."""
-    series = cluster.request("user", "GET", f"/v1/jobs/{job_id}/metrics")["data"]
-    sizes: list[int] = []
-    for point in series:
-        if point["world_size"] and (not sizes or sizes[-1] != point["world_size"]):
-            sizes.append(point["world_size"])
-    return sizes
-
-
-def last_json_line(text: str) -> dict[str, Any]:
-    """The last line of ``text`` that is a JSON object."""
-    for line in reversed(text.splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    raise AssertionError(f"no JSON line in:\n{text[-2000:]}")
 
 
 def holder_of(cluster: LocalCluster, node: str) -> str | None:

@@ -4,10 +4,11 @@
 Against a fake service (httpx.MockTransport) that notes, when the registration arrives,
 whether the agent's spare launcher was warm. Real launchers: a warm one (torch imported), one
 whose torch import never ends (the wait is bounded), one that dies importing torch (no wait
-at all), and a shutdown during the warm-up (nothing registered).
+at all), and a shutdown during the warm-up (nothing registered). An agent that registers
+without a warm spare says why (``fault``: the service quarantines its node).
 """
 
-import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,15 +19,13 @@ from interstice.agents.agent import Agent, AgentConfig
 from interstice.agents.client import ServiceClient
 from interstice.agents.launcher_process import SPARE_READY
 from polling import wait_until
+from shadow_torch import NO_TORCH, SLOW_TORCH, shadow_torch
 from test_agent_commands import FakeService
 from test_user_script import user_command
 
 from interstice.ports import free_ports
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
-
-SLOW_TORCH = "import time\ntime.sleep(600)\n"
-NO_TORCH = 'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'
 
 
 class WatchingService(FakeService):
@@ -74,13 +73,9 @@ def service_of(agent: Agent) -> WatchingService:
     return agent.service  # type: ignore[attr-defined]
 
 
-def shadow_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
-    """A ``torch`` package on the launchers' ``PYTHONPATH`` that runs ``code`` on import."""
-    shadow = tmp_path / "shadow"
-    (shadow / "torch").mkdir(parents=True)
-    (shadow / "torch" / "__init__.py").write_text(code)
-    paths = [str(shadow), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+def registrations(agent: Agent) -> list[dict]:
+    """The bodies of the agent's registrations, oldest first."""
+    return [body for _, path, body in service_of(agent).requests if path == "/v1/agents"]
 
 
 @pytest.mark.slow
@@ -94,6 +89,7 @@ def test_the_agent_registers_once_its_spare_is_warm_and_starts_the_first_job_on_
 
     assert service.warm_at_registration == [True]
     assert agent.agent_id == "a-1"
+    assert "fault" not in registrations(agent)[0]
     spare = agent.launcher._spare
     assert spare is not None
 
@@ -122,6 +118,10 @@ def test_a_warm_up_that_never_ends_delays_the_registration_by_the_bound_only(
 
     assert service_of(agent).warm_at_registration == [False]
     assert agent.agent_id == "a-1"
+    assert (
+        registrations(agent)[0]["fault"]
+        == "its launcher is not warm after 1 s (still importing torch)"
+    )
     assert time.monotonic() - began >= 1.0  # it did wait for the warm-up, that long
     assert agent.launcher._spare is not None and agent.launcher._spare[0].poll() is None
 
@@ -131,14 +131,38 @@ def test_a_spare_that_dies_warming_up_does_not_hold_the_registration(
     agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wait is 600 s (the fixture's): a registration within the test's timeout means the
-    # agent saw its spare die (torch missing) and registered; the start then fails with the
-    # launch's error, as tests/agents/test_launch_failures.py checks.
+    # agent saw its spare die (torch missing) and registered, with that fault.
     shadow_torch(tmp_path, monkeypatch, NO_TORCH)
     agent.join_service()
 
     assert service_of(agent).warm_at_registration == [False]
     assert agent.agent_id == "a-1"
-    assert agent.launcher._spare is not None and agent.launcher._spare[0].poll() == 1
+    assert agent.launcher._spare is None  # it exited: closed
+    fault = registrations(agent)[0]["fault"]
+    assert fault.startswith("its launcher exited warming up (exit 1)"), fault
+    assert "ModuleNotFoundError: No module named 'torch'" in fault
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_once_its_launcher_can_start_the_agent_registers_again_without_the_fault(
+    agent: Agent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    package = shadow_torch(tmp_path, monkeypatch, NO_TORCH)
+    agent.join_service()
+    assert "fault" in registrations(agent)[0]
+
+    wait_until(lambda: agent._check_health() or agent.launcher._launches > 1, 60, "a check")
+    wait_until(lambda: agent.launcher.spare_failure(), 60, "the check's launcher exited")
+    agent._check_health()  # the check failed: no registration
+    assert agent.launcher._spare is None and not agent.health.due()
+    assert len(registrations(agent)) == 1 and agent.health.fault is not None
+
+    shutil.rmtree(package)  # torch is back; the next check comes 10 s later
+    wait_until(lambda: agent._check_health() or len(registrations(agent)) > 1, 240, "healthy")
+    assert "fault" not in registrations(agent)[1] and agent.health.fault is None
+    assert agent.launcher.spare_ready()
 
 
 @pytest.mark.timeout(120)

@@ -4,6 +4,7 @@ cross-check against ``scontrol show hostnames`` where Slurm is installed)."""
 import random
 import shutil
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -48,12 +49,36 @@ def test_parse_node_list(expression: str, names: list[str]) -> None:
         ("a[3-1]", "range '3-1' ends below its start"),
         ("a[x]", "bad range 'x'"),
         ("a[1-2-3]", "bad range '1-2-3'"),
+        ("a[1-" + "9" * 5000 + "]", "bad range"),
         ("a[0-99999999]", "too long"),
     ],
 )
 def test_parse_node_list_rejects(expression: str, message: str) -> None:
     with pytest.raises(NodeListError, match=message.replace("[", r"\[")):
         parse_node_list(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["r[1-999999]n[1-999999]", "a[1-600000],b[1-600000]", "n[1-99999999999999999]"],
+)
+def test_the_whole_expansion_is_bounded_before_any_name_is_built(expression: str) -> None:
+    """Each bracket or name within the bound, their product or sum past it: refused having
+    built nothing (a bound checked after expanding holds a million names first)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(NodeListError, match="is too long: it expands to"):
+            parse_node_list(expression)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000
+
+
+def test_a_long_expression_is_quoted_cut() -> None:
+    with pytest.raises(NodeListError) as raised:
+        parse_node_list("n" * 100_000 + "[x]")
+    assert len(str(raised.value)) < 400 and "(100003 characters)" in str(raised.value)
 
 
 def test_node_list_error_is_a_value_error() -> None:

@@ -3,6 +3,7 @@ run is in tests/agents/test_slurm_real.py): one placeholder per usable node, cou
 name, and one-line errors."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from interstice.agents.slurm.fill import placeholders_missing
@@ -24,12 +25,17 @@ def test_placeholders_missing(nodes: int, queued: int, max_jobs: int | None, mis
 
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """sinfo prints $tmp/sinfo.out, squeue $tmp/squeue.out; sbatch saves its stdin and args."""
+    """sinfo prints $tmp/sinfo.out, squeue $tmp/squeue.out (squeue --start $tmp/start.out),
+    scontrol no reservation; sbatch saves its stdin and args."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     scripts = {
         "sinfo": f'echo "$*" > {tmp_path}/sinfo.args; cat {tmp_path}/sinfo.out',
-        "squeue": f'echo "$*" > {tmp_path}/squeue.args; cat {tmp_path}/squeue.out',
+        "squeue": (
+            f'if [ "$1" = --start ]; then cat {tmp_path}/start.out; exit; fi; '
+            f'echo "$*" > {tmp_path}/squeue.args; cat {tmp_path}/squeue.out'
+        ),
+        "scontrol": "echo No reservations in the system",
         "sbatch": (
             f"n=$(ls {tmp_path} | grep -c '^submitted'); cat > {tmp_path}/submitted.$n; "
             f'echo "$*" > {tmp_path}/sbatch.args; '
@@ -80,12 +86,16 @@ def test_fill_reports_sbatch_failure_in_one_line(fake_slurm: Path) -> None:
     ]
 
 
-def test_fill_reports_a_bad_node_list(fake_slurm: Path) -> None:
-    (fake_slurm / "sinfo.out").write_text("n[3-1]\n")
+def test_fill_leaves_out_a_bad_node_list_with_a_warning(fake_slurm: Path) -> None:
+    (fake_slurm / "sinfo.out").write_text("n[3-1]\nn[1-2]\n")
     (fake_slurm / "squeue.out").write_text("")
     result = runner.invoke(app, ["slurm", "fill", "--once"])
-    assert result.exit_code == 2
-    assert "range '3-1' ends below its start" in result.output
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "warning: sinfo: left out 'n[3-1]': range '3-1' ends below its start in 'n[3-1]'",
+        "partition scavenger: 2 usable nodes, 0 placeholders queued or running, submitted 2 "
+        "(100, 101), Slurm lines left out: 1",
+    ]
 
 
 def test_fill_without_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,3 +127,70 @@ def test_fill_loop_survives_a_failed_pass(
         "error: sbatch --parsable failed: sbatch: error: invalid partition",
         "partition scavenger: 1 usable nodes, 0 placeholders queued or running, submitted 1 (101)",
     ]
+
+
+class FakeClient:
+    """A service client whose nodes n1 and n2 are idle, n1 with a forecast an earlier fill
+    process posted; it records the posted events. Its first ``call`` fails as nothing
+    foreseen would (a KeyError)."""
+
+    def __init__(self, servers: list[str], token: str) -> None:
+        self.calls = 0
+        self.untils: dict[str, str | None] = {"n1": "2026-11-28T10:05:00Z"}
+
+    def call(self, method: str, path: str, json: Any = None, **_: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyError("data")
+        if method == "GET":
+            data = [{"name": n, "state": "idle", "until": self.untils.get(n)} for n in ("n1", "n2")]
+            return {"data": data, "count": 2, "next_cursor": None}
+        for event in json["events"]:
+            self.untils[event["node"]] = event["until"]
+        return {"data": [{"applied": True} for _ in json["events"]]}
+
+
+def test_fill_loop_outlives_hostile_lines_and_withdraws_an_earlier_processs_forecast(
+    fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 20-digit StartTime, a node list of 10^12 names and a start after 2100 are left out
+    with a warning each, pass after pass (the pass's line counts them); an unforeseen fault
+    fails one pass only; the first pass that reaches the service withdraws n1's forecast,
+    which the plan no longer gives."""
+    (fake_slurm / "sinfo.out").write_text("n[1-2]\n")
+    (fake_slurm / "squeue.out").write_text("7\n8\n")
+    (fake_slurm / "start.out").write_text(
+        f"20 {'9' * 20} n1\n21 1999999999 r[1-999999]n[1-999999]\n22 4294967295 n2\n"
+    )
+    clients: list[FakeClient] = []
+    monkeypatch.setattr(
+        "interstice.agents.client.ServiceClient",
+        lambda *a: clients.append(FakeClient(*a)) or clients[-1],
+    )
+    monkeypatch.setenv("INTERSTICE_SCHEDULER_TOKEN", "t")
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("interstice.agents.slurm.cli.sleep", sleep)
+    result = runner.invoke(app, ["slurm", "fill", "--server", "http://service"])
+    assert len(sleeps) == 3, result.output
+    lines = result.output.splitlines()
+    placeholders = "partition scavenger: 2 usable nodes, 2 placeholders queued or running, "
+    assert lines.count(placeholders + "submitted 0") == 3
+    assert lines.count("error: KeyError('data')") == 1
+    warnings = [line for line in lines if line.startswith("warning: squeue --start: left out")]
+    assert len(warnings) == 6  # the first pass failed before it reported them
+    assert lines[-4:] == [
+        *warnings[-3:],
+        "forecasts: 0 nodes wanted back by Slurm's plan, posted 0, withdrawn 0, "
+        "Slurm lines left out: 3",
+    ]
+    forecasts = [line for line in lines if line.startswith("forecasts:")]
+    assert forecasts[0].startswith(
+        "forecasts: 0 nodes wanted back by Slurm's plan, posted 0, withdrawn 1,"
+    )
+    assert clients[0].untils == {"n1": None}

@@ -3,9 +3,12 @@ loop then tells the optimizer (its rates, rescale costs, and which jobs are admi
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from api_helpers import SCALABILITY_CSV, beat, start_job
 from interstice.api.control.loop import build_problem, optimizer_job
+from interstice.api.services import state
 from interstice.api.store.tables import Job, JobRate, utcnow
 from interstice.optimizer import ScalabilityTable
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
@@ -168,3 +171,18 @@ def test_a_job_whose_start_the_horizon_cannot_pay_does_not_hold_admission(api) -
     api.submit(min_nodes=1, max_nodes=2)
     problem, _ = build_problem(api.app.state.service)
     assert [j.job_id for j in problem.jobs] == ["j-1", "j-2"]
+
+
+def test_a_forecast_read_after_the_pool_counts_only_the_pools_nodes(api, monkeypatch) -> None:
+    # The pool and the untils are two reads: a node whose idle event lands between them has
+    # an until but is not in the problem's pool; counted, it gave a coverage above 1 (a
+    # Problem the optimizer refuses, so no solve ran until the next event).
+    api.register("n1")
+    api.node_events(("e1", "n1", "idle", 0))
+    api.submit(min_nodes=1, max_nodes=1, model=None)
+    later = utcnow() + timedelta(hours=1)
+    monkeypatch.setattr(state, "allocatable_untils", lambda *_: {"n1": later, "n-between": later})
+    problem, _ = build_problem(api.app.state.service)
+    assert problem.idle_nodes == ("n1",)
+    assert set(problem.idle_forecast_s) == {"n1"}
+    assert problem.forecast_coverage == 1.0

@@ -45,6 +45,7 @@ def test_a_submitted_job_is_queued_with_defaults(api) -> None:
         "rescales": [],
         "errors": [],
         "owner": None,  # single-user mode
+        "user": "user-1",  # the submitting token's name
     }
     assert {k: job[k] for k in expected} == expected
     assert set(job) == set(expected) | {"job_id", "submitted_at"}

@@ -5,7 +5,8 @@ Migration 0005 on one written by 0004: stored node events count as applied. Migr
 nodes and stored events get no forecast (``until`` None), and the downgrade drops it.
 Migration 0007: older idle intervals count in no forecast coverage (``forecast`` None).
 Migration 0008: existing tokens are unbound, existing jobs have no Unix owner and existing
-agents did not say they run jobs as their owners."""
+agents did not say they run jobs as their owners. Migration 0009: existing nodes are not
+quarantined, and the downgrade drops the quarantine."""
 
 from __future__ import annotations
 
@@ -161,4 +162,23 @@ def test_0008_leaves_tokens_unbound_and_jobs_without_a_unix_owner(db_url: str) -
     assert not {"owner_name", "owner_uid"} & columns["jobs"]
     assert not {"unix_name", "unix_uid"} & columns["tokens"]
     assert "ix_jobs_owner_uid" not in {i["name"] for i in inspect(engine).get_indexes("jobs")}
+    engine.dispose()
+
+
+def test_0009_leaves_existing_nodes_unquarantined(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0008_unix_owners",
+        "INSERT INTO nodes (name, state, since) VALUES ('n1', 'idle', '2026-01-01 00:00:00')",
+        "INSERT INTO agents (id, node, host, ports, devices, state, registered_at) "
+        "VALUES (1, 'n1', 'h', '[]', '[]', 'alive', '2026-01-01 00:00:00')",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        node = session.get_one(Node, "n1")
+        assert (node.quarantined_at, node.quarantine_reason) == (None, None)
+        assert state.allocatable_nodes(session) == ["n1"]
+    _migrate(engine, "0008_unix_owners", down=True)
+    columns = {c["name"] for c in inspect(engine).get_columns("nodes")}
+    assert not {"quarantined_at", "quarantine_reason"} & columns
     engine.dispose()

@@ -21,10 +21,17 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def torchrun(nproc: int, script: str, *args: str, env: dict[str, str] | None = None):
-    """Start ``examples/<script>`` under ``torchrun`` (c10d rendezvous on a free local port)."""
+def torchrun(
+    nproc: int,
+    script: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+):
+    """Start ``examples/<script>`` under ``torchrun`` (c10d rendezvous on a free local port),
+    under ``prefix`` when given (e.g. ``("timeout", "-s", "TERM", "600")``)."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+        *prefix, sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
         str(EXAMPLES / script), *args,
     ]  # fmt: skip
@@ -39,3 +46,16 @@ def result_of(process: subprocess.Popen, timeout_s: float = 180) -> dict:
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     assert lines, f"no result line (exit {process.returncode}):\n{stdout}\n{stderr[-3000:]}"
     return json.loads(lines[-1])
+
+
+def assert_same_models(path: Path, reference: Path, **tolerance: float) -> None:
+    """The state dicts saved at ``path`` and ``reference`` hold the same tensors, within
+    ``tolerance`` (``torch.testing.assert_close``'s ``rtol``/``atol``)."""
+    import torch  # the helpers above run without torch
+
+    saved, expected = torch.load(path), torch.load(reference)
+    assert saved.keys() == expected.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(
+            saved[name], tensor, **tolerance, msg=lambda message, name=name: f"{name}: {message}"
+        )

@@ -92,6 +92,21 @@ def test_rigid_nodes_default_to_max_nodes(tiny_files: dict[str, Path]):
     assert (a.first_node_s, a.goodput, a.lost_goodput) == (60.0, 0.0, pytest.approx(400 * 30))
 
 
+def test_rigid_nodes_are_at_most_the_machine(tiny_files: dict[str, Path]):
+    # On n1..n3 alone (a 3-node machine), A asks for 3 of its max 4 nodes and starts at
+    # once; it is killed at 100 s (80 s trained from 10 s: checkpointed at 40 s and 80 s).
+    trace = load_trace(tiny_files["--trace"])
+    result = replay_rigid(
+        trace.window(0, 200, [0, 1, 2]),
+        [job("A", 1e9, 0.0)],
+        ScalabilityTable.from_csv(TINY_TABLE),
+        checkpoint_interval_s=40.0,
+    )
+    (a,) = result.jobs
+    assert (a.first_node_s, a.preemptions) == (0.0, 1)
+    assert (a.goodput, a.lost_goodput) == (pytest.approx(300 * 80), pytest.approx(300 * 10))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"checkpoint_interval_s": 0.0}, "checkpoint interval"), ({"rigid_nodes": 0}, "rigid node")],

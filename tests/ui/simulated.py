@@ -47,8 +47,9 @@ class Served:
         return r.json()
 
 
-def serve(folder: Path, timeout_s: float = 120) -> Served:
-    """Start ``interstice serve`` on a free port with its database in ``folder``."""
+def serve(folder: Path, timeout_s: float = 120, env: dict[str, str] | None = None) -> Served:
+    """Start ``interstice serve`` on a free port with its database in ``folder``; ``env``:
+    settings (``INTERSTICE_...``) over this module's."""
     db_url = f"sqlite:///{folder / 'interstice.db'}"
     engine = database.make_engine(db_url)
     database.upgrade(engine)
@@ -67,14 +68,18 @@ def serve(folder: Path, timeout_s: float = 120) -> Served:
     db.dispose()
     (folder / "table.csv").write_text(TABLE_CSV)
     port = free_port()
-    env = os.environ | {
-        "INTERSTICE_HEARTBEAT_INTERVAL_S": "1",
-        "INTERSTICE_MISSED_HEARTBEATS_LOST": "60",  # a loaded machine may delay a beat
-        "INTERSTICE_DEBOUNCE_S": "0.05",
-        "INTERSTICE_SCALABILITY_CSV": str(folder / "table.csv"),
-        "INTERSTICE_CHECKPOINT_ROOT": str(folder / "checkpoints"),
-        "INTERSTICE_LOG_LEVEL": "warning",
-    }
+    env = (
+        os.environ
+        | {
+            "INTERSTICE_HEARTBEAT_INTERVAL_S": "1",
+            "INTERSTICE_MISSED_HEARTBEATS_LOST": "60",  # a loaded machine may delay a beat
+            "INTERSTICE_DEBOUNCE_S": "0.05",
+            "INTERSTICE_SCALABILITY_CSV": str(folder / "table.csv"),
+            "INTERSTICE_CHECKPOINT_ROOT": str(folder / "checkpoints"),
+            "INTERSTICE_LOG_LEVEL": "warning",
+        }
+        | (env or {})
+    )
     log = folder / "service.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

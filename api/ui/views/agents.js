@@ -1,24 +1,49 @@
 // Agents view: each node agent's health (state, time since its last heartbeat) and what
-// its workers report (job, world size, step, samples/s, loss), from GET /v1/agents.
-// Admins only.
+// its workers report (job, world size, step, samples/s, loss), from GET /v1/agents: a page
+// of them at a time, found by agent, node, host, state or job. Admins only.
 
 import { get } from "../api.js";
-import { ago, el, failure, fill, num, panel, table, time } from "../fmt.js";
+import { ago, el, failure, fill, num, panel, searchBox, table, time } from "../fmt.js";
+import { clampOffset, pager } from "../pager.js";
+
+const PAGE = 50; // agents per page
 
 export function mount(section) {
   const list = panel("Agents", "agents-table");
+  const search = searchBox(list, "agents-search", "agent, node, host, state or job");
   section.replaceChildren(list);
+  let offset = 0;
+  let agents = null;
+  const render = () => {
+    const text = search.value.trim();
+    const shown = text ? agents.filter((a) => matches(a, text)) : agents;
+    offset = clampOffset(offset, PAGE, shown.length);
+    pages.update(offset, PAGE, shown.length);
+    fill(list, summary(agents), agentsTable(shown.slice(offset, offset + PAGE)));
+  };
+  const pages = pager("agents", (to) => {
+    offset = to;
+    render();
+  });
+  list.append(pages.element); // stays put across refreshes
+  search.addEventListener("input", () => {
+    offset = 0;
+    if (agents) render();
+  });
   return {
     async refresh() {
       try {
-        const answer = await get("/v1/agents");
-        fill(list, summary(answer.data), agentsTable(answer.data));
+        agents = (await get("/v1/agents")).data;
+        render();
       } catch (error) {
         fill(list, failure(error));
       }
     },
   };
 }
+
+const matches = (agent, text) =>
+  [agent.agent_id, agent.node, agent.host, agent.state, agent.report?.job_id].some((v) => v && v.includes(text));
 
 function summary(agents) {
   const by = (state) => agents.filter((a) => a.state === state).length;

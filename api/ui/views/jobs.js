@@ -1,14 +1,51 @@
-// Jobs view: a Gantt of each job (one lane per job: a bar while it holds nodes, its node
-// count and SPB depth in the legend, rescale and preemption marks), its node count over
-// time, the running jobs' progress (samples, rate, loss, ETA) and the queue with wait times.
+// Jobs view: a Gantt of the listed jobs that held nodes (one lane per job: a bar while it
+// holds nodes, its node count and SPB depth in the legend, rescale and preemption marks),
+// their node count over time, the jobs a page at a time with their progress (samples, rate,
+// loss, ETA), searched by user, state and name on the service (GET
+// /v1/jobs?user=&state=&name=, limit and offset), and the queue's longest waiting jobs.
 // GET /v1/jobs answers a user's own jobs and an admin's all: the view shows what it gets.
 
 import { get } from "../api.js";
 import { Chart, chartBox, stepped } from "../charts.js";
 import { count, duration, el, failure, fill, jobColor, num, panel, table, time } from "../fmt.js";
+import { clampOffset, pager } from "../pager.js";
 
-const SHOWN = 12; // jobs in the charts: the newest ones
+const SHOWN = 12; // jobs in the charts: the newest of the page that held nodes
+const PAGE = 25; // jobs per page of the table
+const QUEUE_SHOWN = 10; // queued jobs shown: the longest waiting
+const STATES = ["queued", "running", "finished", "cancelled", "failed"];
 const PREEMPTIONS = new Set(["reclaim", "agent_lost", "agent_left"]);
+
+// The search form: user, state and name; `onSearch()` runs when it changes.
+function searchForm(onSearch) {
+  const user = el("input", { name: "user", type: "search", placeholder: "user", "aria-label": "user" });
+  const name = el("input", { name: "name", type: "search", placeholder: "model or program", "aria-label": "model or program" });
+  const state = el(
+    "select",
+    { name: "state", "aria-label": "state" },
+    el("option", { value: "", text: "any state" }),
+    STATES.map((s) => el("option", { value: s, text: s })),
+  );
+  const clear = el("button", { type: "button", text: "Clear" });
+  const form = el("form", { class: "job-search", id: "job-search", autocomplete: "off" }, user, state, name, el("button", { type: "submit", text: "Search" }), clear);
+  // the search applied (what the fields held when it ran), as the list's query parameters
+  let applied = new URLSearchParams();
+  const apply = () => {
+    applied = new URLSearchParams();
+    for (const field of [user, state, name]) if (field.value.trim()) applied.set(field.name, field.value.trim());
+    onSearch();
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    apply();
+  });
+  state.addEventListener("change", apply);
+  clear.addEventListener("click", () => {
+    form.reset();
+    apply();
+  });
+  return { form, params: () => new URLSearchParams(applied) };
+}
 
 export function mount(section) {
   const gantt = panel("Jobs over time", "jobs-gantt");
@@ -16,7 +53,19 @@ export function mount(section) {
   const queue = panel("Queue", "jobs-queue");
   const ganttBox = chartBox("jobs-gantt");
   const nodesBox = chartBox("jobs-nodes");
+  let offset = 0;
+  const search = searchForm(() => {
+    offset = 0;
+    view.refresh();
+  });
+  const pages = pager("jobs", (to) => {
+    offset = to;
+    view.refresh();
+  });
   section.replaceChildren(gantt, progress, queue);
+  // the form and the pager stay put across refreshes (a field being typed in keeps focus)
+  progress.querySelector(".body").before(search.form);
+  progress.append(pages.element);
   const shown = { jobs: [] }; // the jobs of the lanes, bottom up
   const lanes = new Chart(ganttBox, {
     title: "Jobs: a bar while the job holds nodes (legend: nodes · SPB depth)",
@@ -29,24 +78,49 @@ export function mount(section) {
     },
   });
   const counts = new Chart(nodesBox, { title: "Nodes per job", yLabel: "nodes", height: 220 });
-  return {
+  let asked = 0; // the newest refresh: an older one's answer is dropped
+  const view = {
     async refresh() {
+      const run = ++asked;
+      const query = search.params();
+      query.set("limit", PAGE);
+      query.set("offset", offset);
       let answer;
+      let queued;
       try {
-        answer = await get("/v1/jobs?limit=200");
+        [answer, queued] = await Promise.all([get(`/v1/jobs?${query}`), longestWaiting()]);
       } catch (error) {
-        for (const p of [gantt, progress, queue]) fill(p, failure(error));
+        if (run === asked) for (const p of [gantt, progress, queue]) fill(p, failure(error));
         return;
+      }
+      if (answer.data.length === 0 && answer.count > 0 && offset > 0) {
+        offset = clampOffset(offset, PAGE, answer.count); // the list shrank under this page
+        return view.refresh();
       }
       const jobs = answer.data;
       const rates = await latestRates(jobs.filter((j) => j.state === "running"));
+      if (run !== asked) return;
       if (!gantt.contains(ganttBox)) fill(gantt, ganttBox, nodesBox);
-      shown.jobs = jobs.slice(0, SHOWN).reverse();
+      // lanes for the page's jobs that held nodes (a queued job's lane stays empty)
+      const held = jobs.filter((j) => j.rescales.length);
+      shown.jobs = (held.length ? held : jobs).slice(0, SHOWN).reverse();
       drawTimeline(lanes, counts, shown.jobs);
+      pages.update(offset, PAGE, answer.count);
       fill(progress, jobsTable(jobs, rates));
-      fill(queue, queueTable(jobs.filter((j) => j.state === "queued")));
+      fill(queue, queueTable(queued.data), queued.count > queued.data.length
+        ? el("p", { class: "note", text: `the ${QUEUE_SHOWN} longest waiting of ${count(queued.count)} queued jobs` })
+        : null);
     },
   };
+  return view;
+}
+
+// The queued jobs that waited longest (the list is newest first: its last page) and how
+// many are queued.
+async function longestWaiting() {
+  const newest = await get(`/v1/jobs?state=queued&limit=${QUEUE_SHOWN}`);
+  if (newest.count <= QUEUE_SHOWN) return newest;
+  return get(`/v1/jobs?state=queued&limit=${QUEUE_SHOWN}&offset=${newest.count - QUEUE_SHOWN}`);
 }
 
 // The newest reported samples/s of each job (GET /v1/jobs/{id}/metrics?limit=1).
@@ -130,8 +204,12 @@ function drawTimeline(lanes, counts, jobs) {
   );
 }
 
-// What the job trains: its model, else its program (a command's script, the entrypoint).
-const program = (j) => j.model || (j.command?.length ? j.command[0].split("/").pop() : j.entrypoint) || "—";
+// What the job trains: its model, else its program (a command's script, the entrypoint):
+// `python /home/u/train.py` shows as train.py.
+const INTERPRETER = /^python[\d.]*$/;
+const script = (command) =>
+  (INTERPRETER.test(command[0].split("/").pop()) && command[1] ? command[1] : command[0]).split("/").pop();
+const program = (j) => j.model || (j.command?.length ? script(j.command) : j.entrypoint) || "—";
 
 function jobsTable(jobs, rates) {
   const eta = (job) => {
@@ -151,6 +229,7 @@ function jobsTable(jobs, rates) {
   return table(
     [
       ["job", (j) => j.job_id],
+      ["user", (j) => j.user],
       ["state", (j) => el("span", { class: `badge ${j.state}`, text: j.state, title: j.error || "" })],
       ["model or program", program],
       ["nodes (min–max)", (j) => `${j.world_size} (${j.min_nodes}–${j.max_nodes})`],
@@ -173,6 +252,7 @@ function queueTable(queued) {
   return table(
     [
       ["job", (j) => j.job_id],
+      ["user", (j) => j.user],
       ["model or program", program],
       ["nodes wanted", (j) => `${j.min_nodes}–${j.max_nodes}`],
       ["priority", (j) => num(j.priority)],
