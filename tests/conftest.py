@@ -23,13 +23,17 @@ their marks (see :func:`pytest_collection_modifyitems`)."""
 LANES = 2
 """pytest-xdist workers of a whole-suite run (the VM's 2 cores)."""
 
+SLOWEST_SHOWN = 25
+"""The slowest steps a whole-suite run lists (``--durations``), unless told otherwise."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads these options
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Run the whole suite (``python -m pytest``, no paths given) as ``-n 2 --dist loadgroup``
     where pytest-xdist is installed and no ``-n``/``--dist`` is given: the serial lane of
-    :func:`lane` beside the other modules. A run of some paths (a module, a
-    folder) stays in one process, which starts faster than two workers do."""
+    :func:`lane` beside the other modules, listing its :data:`SLOWEST_SHOWN` slowest steps.
+    A run of some paths (a module, a folder) stays in one process, which starts faster than
+    two workers do."""
     whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     if (
         whole_suite
@@ -40,6 +44,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     ):
         config.option.numprocesses = LANES
         config.option.dist = "loadgroup"
+        if config.option.durations is None:
+            config.option.durations = SLOWEST_SHOWN
 
 
 SERIAL_LANE = "serial"

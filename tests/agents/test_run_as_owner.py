@@ -383,6 +383,7 @@ def test_the_agent_acks_an_unknown_owner_as_the_nodes_fault(
         "error": f"node {agent.config.node}: owner 'no-such-user-x' is unknown here "
         "(no passwd entry)",
         "job_failed": False,
+        "node_fault": True,  # the service quarantines the node and places the job elsewhere
     }
     assert agent.generation is None
 
