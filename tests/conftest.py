@@ -1,6 +1,7 @@
 """Fixtures shared by every test package."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,11 +14,14 @@ SERIAL_MODULES = (
     "agents/test_slurm_hooks.py",
     "agents/test_slurm_real.py",
     "agents/test_run_as_owner.py",
+    "agents/test_owner_setup.py",
+    "api/test_munge_auth.py",
     "cli/test_munge_cli.py",
 )
-"""Modules (or folders), relative to ``tests/``, that start real daemons (Slurm, munged, podman)
-or signal processes they find by their environment: they run in the serial lane whatever
-their marks (see :func:`pytest_collection_modifyitems`)."""
+"""Modules (or folders), relative to ``tests/``, that start real daemons (Slurm, munged, podman),
+add and delete Unix accounts (a deleted account's uid is the next one ``useradd`` gives) or
+signal processes they find by their environment: they run in the serial lane (see
+:func:`lane`)."""
 
 
 LANES = 2
@@ -34,10 +38,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     :func:`lane` beside the other modules, listing its :data:`SLOWEST_SHOWN` slowest steps.
     A run of some paths (a module, a folder) stays in one process, which starts faster than
     two workers do."""
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        # a pytest-xdist worker parses the command line again, which names no --dist for the
+        # whole suite: told by pytest_configure_node, it marks each test's node id with its
+        # group as under --dist loadgroup, so that the controller keeps the lanes
+        config.option.loadgroup = worker.get(DIST_KEY) == "loadgroup"
+        return
     whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     if (
         whole_suite
-        and not hasattr(config, "workerinput")  # a worker runs what its controller sends
         and config.pluginmanager.hasplugin("xdist")
         and config.option.numprocesses is None
         and config.option.dist == "no"
@@ -48,6 +58,17 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             config.option.durations = SLOWEST_SHOWN
 
 
+DIST_KEY = "interstice_dist"
+"""The key of a worker's ``workerinput`` that holds the controller's ``--dist``."""
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without the plugin
+def pytest_configure_node(node: Any) -> None:
+    """Pass the controller's ``--dist`` to each pytest-xdist worker (see
+    :func:`pytest_cmdline_main`)."""
+    node.workerinput[DIST_KEY] = node.config.option.dist
+
+
 SERIAL_LANE = "serial"
 """The ``xdist_group`` of the tests that run one at a time (see :func:`lane`)."""
 
@@ -56,22 +77,18 @@ def lane(item: pytest.Item) -> str | None:
     """The ``xdist_group`` a test runs in under ``--dist loadgroup``, or None for a test
     outside ``tests/`` or one that names its own group.
 
-    - :data:`SERIAL_LANE`: the ``slow`` tests (several processes, grace periods and timeouts
-      met on this machine) and :data:`SERIAL_MODULES`, one at a time, as without xdist.
-    - Any other test, and a ``slow`` one marked ``load_tolerant`` (several processes, but
-      no deadline to meet: exactly-once and equal losses hold whatever the load): its
-      module's path. pytest-xdist hands whole modules to whichever worker
+    - :data:`SERIAL_LANE`: the tests of :data:`SERIAL_MODULES`, one at a time, as without
+      xdist.
+    - Any other test: its module's path. pytest-xdist hands whole modules to whichever worker
       is free (largest first), so the modules fill both workers around the serial lane, and a
-      module's fixtures are set up in one worker only.
+      module's fixtures (a built wheel, a populated service, a Slurm cluster) are set up in
+      one worker only.
     """
     tests = Path(__file__).parent
     if item.get_closest_marker("xdist_group") or not item.path.is_relative_to(tests):
         return None
     path = item.path.relative_to(tests).as_posix()
-    timed = item.get_closest_marker("slow") and not item.get_closest_marker("load_tolerant")
-    if timed or path.startswith(SERIAL_MODULES):
-        return SERIAL_LANE
-    return path
+    return SERIAL_LANE if path.startswith(SERIAL_MODULES) else path
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

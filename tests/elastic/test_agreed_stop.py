@@ -10,7 +10,7 @@ from interstice.models.launch import run_group
 
 from interstice import elastic
 
-pytestmark = [pytest.mark.slow, pytest.mark.load_tolerant]  # no deadline: any lane
+pytestmark = pytest.mark.slow
 
 
 def stop_after_two_steps(rank: int, world_size: int, folder: str, asks: dict) -> tuple:

@@ -70,7 +70,6 @@ def python_run(script: str, *args: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS)
 def test_rescales_train_each_sample_once_and_end_as_an_uninterrupted_run(tmp_path, script):
     records = tmp_path / "records"
@@ -114,7 +113,6 @@ def test_rescales_train_each_sample_once_and_end_as_an_uninterrupted_run(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 def test_a_trainer_stopped_before_its_first_checkpoint_resumes_at_another_world_size(tmp_path):
     """SIGTERM as soon as the Trainer has built its State (the workers' lock exists): before
     any step or checkpoint, or a few steps in; the next run, at world size 1, finishes with

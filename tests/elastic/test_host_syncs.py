@@ -164,7 +164,6 @@ def check_sync_pattern(result: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 def test_the_elastic_loop_syncs_once_per_k_steps_on_every_rank():
     results = run_group(sync_steps, 2)
     for result in results:

@@ -66,7 +66,6 @@ def stopped_run(run: subprocess.Popen, records, trained: int, stop) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 def test_rescales_train_each_sample_once_and_end_as_an_uninterrupted_run(tmp_path):
     records = tmp_path / "records"
     common = ["--global-batch-size", str(BATCH), "--total-samples", str(TOTAL), "--seed", "3",
@@ -101,7 +100,6 @@ def test_rescales_train_each_sample_once_and_end_as_an_uninterrupted_run(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 def test_a_run_killed_before_its_first_checkpoint_starts_over_at_another_world_size(tmp_path):
     """SIGKILL to torchrun and its workers a few steps in, before any save (timed saves every
     60 s): nothing to resume, so the next run, at world size 3, trains all from the start."""
@@ -132,7 +130,6 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_at_another_world_s
 
 
 @pytest.mark.slow
-@pytest.mark.load_tolerant
 def test_plain_mode_runs_lightnings_own_ddp_without_interstice(tmp_path):
     """``--plain``: Lightning's DistributedSampler and DDP (what bench/ compares against)."""
     run = torchrun(2, SCRIPT, "--plain", "--total-samples", "640", "--checkpoint-dir",
