@@ -8,7 +8,9 @@ Threads, each a loop bounded by the agent's shutdown event:
   (``POST /agents/{id}/poll``, waiting at most a heartbeat interval): one request per poll;
   with an older one it is ``GET /agents/{id}/commands`` and the heartbeat thread posts;
 - executor: runs the queued commands one at a time (start, rescale, stop) and acks a start
-  or rescale once this node's workers joined the new rendezvous (or failed to);
+  or rescale once this node's workers joined the new rendezvous (or failed to); when a
+  generation's launcher exits (a failure, the job's end, a stop) it heartbeats at once, so
+  a failed job is failed without waiting for the next heartbeat;
 - heartbeat (protocol version 2 services): every ``heartbeat_interval_s`` posts what the
   workers last reported
   (``interstice.elastic.report``'s progress files) and how torch elastic says their
@@ -69,6 +71,7 @@ KILL_MARGIN_S = 1.0  # workers still alive this long before a deadline are kille
 LEAVE_MIN_S = 0.5  # time always left for DELETE /agents/{id} on the way out
 STOP_TIMEOUT_S = 60.0  # a rescale without a deadline waits this long for the old workers
 PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running
+EARLIEST_S = datetime(2000, 1, 1, tzinfo=UTC).timestamp()  # the service's earliest time
 SPARE_AFTER_JOIN_S = 5.0  # the next spare launcher starts at the new workers' first step, or
 # this long after they joined (a script that never reports): its imports (seconds of CPU)
 # would slow the workers' own start
@@ -125,10 +128,13 @@ class Agent:
         self.health = health.Health()
         self._max_backoff_s = self.client.max_backoff_s
         self._beat_every(config.heartbeat_s or 5.0)
+        self.protocol_version = 2
+        """The newest protocol version the service speaks (its registration's answer)."""
         self.beat_in_poll = False
         """Whether the service takes the heartbeat with the long-poll (protocol >= 3)."""
         self.generation: Generation | None = None
         self._pending_ack: Generation | None = None
+        self._end_reported: Generation | None = None  # its end was heartbeated at once
         self._spare_due: float | None = None  # monotonic time of the next spare's start
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self._seen: set[int] = set()
@@ -228,7 +234,8 @@ class Agent:
             except ServiceUnavailable:
                 return  # shutting down
             self.agent_id = answer["agent_id"]
-            self.beat_in_poll = int(answer.get("protocol_version", 2)) >= 3
+            self.protocol_version = int(answer.get("protocol_version", 2))
+            self.beat_in_poll = self.protocol_version >= 3
             if self.config.heartbeat_s is None:
                 self._beat_every(float(answer.get("heartbeat_interval_s", 5.0)))
         log.info("registered node %s as agent %s", self.config.node, self.agent_id)
@@ -294,6 +301,7 @@ class Agent:
                 payload = self._commands.get(timeout=0.05)
             except queue.Empty:
                 self._check_pending_ack()
+                self._report_end()
                 self._warm_when_due()
                 self._check_health()
                 continue
@@ -371,6 +379,8 @@ class Agent:
         )
         if self._pending_ack is generation:
             self._check_pending_ack(ending=True)
+        if in_executor:
+            self._report_end()  # the workers' last report, before a launch clears it
 
     def _superseded(self, command: Command) -> bool:
         """Whether a newer command for the same job waits in the queue."""
@@ -413,6 +423,23 @@ class Agent:
         # the node, the health check starts it.
         delay_s = SPARE_AFTER_JOIN_S if ended is None else 0.0
         self._spare_due = None if node_fault else time.monotonic() + delay_s
+
+    def _report_end(self) -> None:
+        """Heartbeat at once, once, when the current generation's launcher has exited: a
+        failure or the job's end reaches the service now, not at the next heartbeat (up to
+        ``heartbeat_interval_s`` later), and so does the workers' last report after a stop
+        (the samples of their final checkpoint), which the next launch in the run directory
+        would clear. ``POST /heartbeat``, which every protocol version takes: the long-poll
+        that carries the heartbeat (version 3) may be waiting."""
+        generation = self.generation
+        if (
+            generation is None
+            or generation is self._end_reported
+            or generation.process.poll() is None
+        ):
+            return
+        self._end_reported = generation
+        self._guarded(self.client.heartbeat, self.heartbeat_body())
 
     def _warm_when_due(self) -> None:
         """Start the next spare launcher once the workers launched last trained their first
@@ -510,6 +537,8 @@ class Agent:
                 loss=_number(latest.get("loss")),
                 metrics=dict(list(numbers.items())[: wire.HEARTBEAT_METRICS_MAX]),
             )
+            if self.protocol_version >= 4:  # an older service refuses the fields
+                body.update(_resumed(reports))
         ended = outcome.judge(generation)
         if ended is None:
             if workers_alive(generation):
@@ -533,6 +562,23 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _resumed(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """``first_step`` and ``resumed_at`` of the heartbeat from this node's reports of one
+    generation (:mod:`interstice.elastic.report`): the earliest any local rank reported a step
+    beyond its first one. Omitted when absent (an older ``interstice.elastic``) or odd (a
+    clock outside the service's years would make it refuse the whole heartbeat)."""
+    firsts = [r.get("first_step") for r in reports]
+    times = [_number(r.get("resumed_time")) for r in reports]
+    fields: dict[str, Any] = {}
+    first_steps = [step for step in firsts if type(step) is int and step >= 0]
+    if first_steps:
+        fields["first_step"] = min(first_steps)
+    resumed = [t for t in times if t is not None and EARLIEST_S <= t < wire.LATEST_TIME.timestamp()]
+    if first_steps and resumed:
+        fields["resumed_at"] = datetime.fromtimestamp(min(resumed), UTC).isoformat()
+    return fields
 
 
 def _deadline(command: Command, margin_s: float) -> float:

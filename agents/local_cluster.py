@@ -70,8 +70,9 @@ class LocalCluster:
     url: str = ""
 
     def start(self, timeout_s: float = 60.0, register_timeout_s: float = 120.0) -> None:
-        """Create tokens, start the service, upload the table, start every agent and wait
-        until the service shows each one registered.
+        """Create the tokens :attr:`tokens` lacks (in ``root``'s database), start the
+        service, upload the table, start every agent and wait until the service shows each
+        one registered.
 
         An agent registers once its spare launcher is warm (torch imported: seconds, tens of
         seconds on a loaded machine), each at its own pace: a test that made nodes idle and
@@ -80,6 +81,8 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         db_url = f"sqlite:///{self.root / 'interstice.db'}"
         for role in ROLES:
+            if role in self.tokens:  # made in the caller's process, which is faster
+                continue
             created = subprocess.run(
                 [*interstice_command(), "token", "create", "--role", role, "--db", db_url],
                 capture_output=True,

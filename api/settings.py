@@ -41,12 +41,19 @@ class Settings(BaseSettings):
         scalability_csv: table loaded at start when the database holds none; default the
             shared data's ``imagenet-scalability.csv`` when present.
         max_poll_wait_s: cap on a long-poll's ``wait``, seconds.
-        max_command_failures: failed command acks and stalled generations after which a job
-            is ``failed`` (a failure the agent marks ``job_failed`` fails it at once).
+        max_command_failures: failed command acks and stalled generations (no first step, no
+            progress) after which a job is ``failed`` (a failure the agent marks
+            ``job_failed`` fails it at once).
         generation_start_timeout_s: a running job whose current generation has reported no
             step this long after its commands were written is released from its nodes and
             started anew (rescale reason ``stalled``, a failure counted toward
             ``max_command_failures``; :mod:`interstice.api.control.stalls`), seconds; 0: never.
+        progress_timeout_s: a running job whose current generation has stepped, and whose
+            step has not advanced this long (nor its generation started), is released the
+            same way, seconds; 0: never; None: each job's own bound,
+            ``max(progress_timeout_floor_s, 20 × its median report interval)``
+            (:func:`interstice.api.control.stalls.progress_bound_s`).
+        progress_timeout_floor_s: the least derived progress bound, seconds.
         max_active_jobs: most jobs the optimizer considers at once (running ones included);
             None: no cap, capacity-based admission alone
             (:func:`interstice.optimizer.admission.admit`).
@@ -81,6 +88,11 @@ class Settings(BaseSettings):
             does not match goes to the group of its name without its trailing number.
             Default: the name up to its last letters and number (Summit's ``a01n03``:
             cabinet ``a01``).
+        solver_process: the leader builds and solves each problem in a child process of
+            its own, at a lower CPU priority (:mod:`interstice.api.control.solver_process`):
+            reclaims, heartbeats and long-polls never wait for the solve's share of the
+            interpreter. Off: in a thread of the service's process (tests that inject a
+            solver which does not pickle).
     """
 
     model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
@@ -96,6 +108,8 @@ class Settings(BaseSettings):
     max_poll_wait_s: float = Field(default=60.0, ge=0)
     max_command_failures: int = Field(default=3, ge=1)
     generation_start_timeout_s: float = Field(default=900.0, ge=0)
+    progress_timeout_s: float | None = Field(default=None, ge=0)
+    progress_timeout_floor_s: float = Field(default=900.0, gt=0)
     max_active_jobs: int | None = Field(default=None, ge=1)
     admission_efficiency: float = Field(default=ADMISSION_EFFICIENCY, ge=0, le=1)
     db_wait_s: float = Field(default=30.0, ge=0)
@@ -108,6 +122,7 @@ class Settings(BaseSettings):
     munge_min_uid: int = Field(default=1000, ge=1, le=2**32 - 2)
     multi_user: bool = False
     node_group_pattern: str = NODE_GROUP_PATTERN
+    solver_process: bool = True
 
     @field_validator("node_group_pattern")
     @classmethod

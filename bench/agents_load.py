@@ -20,8 +20,12 @@ solve). It prints JSON lines:
   ``event_post_p50_s`` / ``event_post_p99_s`` (the scheduler's ``POST /v1/nodes/events``
   answered: the write path alone), ``event_post_served_p99_le_s`` (the same POST timed
   inside the service, from its ``interstice_request_seconds`` histogram: the upper bound of
-  the bucket that holds its p99), ``server_cpu_share``: the service process's CPU seconds
-  over the phase's wall seconds (1.0 = one core busy), ``client_cpu_share`` (this load
+  the bucket that holds its p99), ``server_cpu_share``: the service's CPU seconds (its
+  process and its solver process) over the phase's wall seconds (1.0 = one core busy), of
+  which ``server_main_cpu_share`` the service process's (event loop, writes) and
+  ``solver_cpu_share`` its solver process's (None when it solves in a thread,
+  ``INTERSTICE_SOLVER_PROCESS=false``), ``solves_measured`` and ``solve_mean_s`` (the solves
+  of the phase and their mean ``solve_time_s``, seconds), ``client_cpu_share`` (this load
   generator's, all its processes), ``client_gc_pause_max_s`` (the longest garbage
   collection of a process of simulated agents: it stops all of them at once;
   ``--client-gc-freeze-s``), ``client_loop_lag_p99_s`` / ``client_loop_lag_max_s`` (how
@@ -37,6 +41,10 @@ service, so the latencies include the simulated agents' own event-loop lag
 (``event_post_p99_s`` against ``event_post_served_p99_le_s``). ``--client-processes`` splits
 the agents over more event loops; on 2 cores that starves the service, since two processes
 take more of a core together than one does.
+
+``--slow-solver FACTOR`` makes every solve take FACTOR times as long (bench/slow_serve.py:
+the solver computes on after each solve, a stand-in for a slower host or a busier problem;
+for benchmarks only, the service has no such setting): the reclaim latency should not follow.
 
 Bounded: at most 20,000 agents, and the whole run ends after ``--max-run-s``: then it prints
 ``{"phase": "timed out", ...}`` (how far it got) and ``{"finished": false}`` and exits 1.
@@ -79,6 +87,8 @@ LAG_PROBE_S = 0.01
 """The event-loop lag probe's sleep, seconds."""
 TICK_S = 0.5
 """How often each process of agents reports its request and error counts, seconds."""
+SOLVE_SUMS = ("solves", "solve_s_sum")
+"""The :func:`metrics_summary` fields of the solves' count and total time."""
 
 
 HEADERS = [
@@ -503,6 +513,25 @@ def cpu_seconds(pids: list[int]) -> float:
     return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
 
 
+def solver_pids(server_pid: int) -> list[int]:
+    """The service's solver process (its ``spawn`` child), or [] when it solves in a thread."""
+    found = []
+    for child in psutil.Process(server_pid).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child.pid)
+        except psutil.Error:  # ended meanwhile
+            pass
+    return found
+
+
+def solve_mean(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
+    """The solves between two :func:`metrics_summary` and their mean time, seconds."""
+    count, seconds = (float(after.get(k, 0)) - float(before.get(k, 0)) for k in SOLVE_SUMS)  # type: ignore[arg-type]
+    mean = round(seconds / count, 4) if count else None
+    return {"solves_measured": int(count), "solve_mean_s": mean}
+
+
 async def run(args: argparse.Namespace, url: str) -> None:
     """Start the processes of agents, run :func:`simulate`, and end them (in every case)."""
     spawn = multiprocessing.get_context("spawn")
@@ -584,7 +613,10 @@ async def simulate(
             warmed |= {"seconds": round(time.monotonic() - began, 2), "errors": stats.errors()}
             print(json.dumps(warmed), flush=True)
             requests_before, errors_before = stats.requests(), stats.errors()
+            metrics_before = metrics_summary((await client.get("/metrics")).text)
+            solver = solver_pids(args.server_pid)
             server_cpu_before = cpu_seconds([args.server_pid])
+            solver_cpu_before = cpu_seconds(solver)
             client_cpu_before = cpu_seconds([os.getpid(), *pids])
             measuring.set()
             began = time.monotonic()
@@ -594,20 +626,26 @@ async def simulate(
             metrics_text = (await client.get("/metrics")).text
             if os.environ.get("BENCH_DUMP_METRICS"):
                 Path(os.environ["BENCH_DUMP_METRICS"]).write_text(metrics_text)
+            server_cpu = cpu_seconds([args.server_pid]) - server_cpu_before
+            solver_cpu = None  # also when a solver process was started anew in the phase
+            if solver and solver == solver_pids(args.server_pid):
+                solver_cpu = cpu_seconds(solver) - solver_cpu_before
             stats.measured = {
                 "agents": agents,
                 "duration_s": round(elapsed, 1),
                 "requests": stats.requests() - requests_before,
                 "requests_per_s": round((stats.requests() - requests_before) / elapsed, 1),
                 "errors": stats.errors() - errors_before,
-                "server_cpu_share": round(
-                    (cpu_seconds([args.server_pid]) - server_cpu_before) / elapsed, 2
-                ),
+                "server_cpu_share": round((server_cpu + (solver_cpu or 0)) / elapsed, 2),
+                "server_main_cpu_share": round(server_cpu / elapsed, 2),
+                "solver_cpu_share": None if solver_cpu is None else round(solver_cpu / elapsed, 2),
+                "slow_solver": args.slow_solver,
                 "client_cpu_share": round(
                     (cpu_seconds([os.getpid(), *pids]) - client_cpu_before) / elapsed, 2
                 ),
                 "load1_at_end": os.getloadavg()[0],
             } | metrics_summary(metrics_text)
+            stats.measured |= solve_mean(metrics_before, stats.measured)
         except asyncio.CancelledError:  # --max-run-s ran out: say how far the run got
             agents = sum(n for n, _ in stats.registered.values())
             timed_out = {"phase": "timed out", "agents": agents}
@@ -653,6 +691,13 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=10)
     parser.add_argument("--max-run-s", type=float, default=600)
     parser.add_argument(
+        "--slow-solver",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="every solve takes FACTOR (>= 1) times as long (bench/slow_serve.py; benchmarks only)",
+    )
+    parser.add_argument(
         "--client-processes",
         type=int,
         default=1,
@@ -675,6 +720,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 1 <= args.agents <= MAX_AGENTS:
         parser.error(f"--agents must be in 1..{MAX_AGENTS}")
+    if not args.slow_solver >= 1:
+        parser.error("--slow-solver must be >= 1")
     if not 1 <= args.client_processes <= min(args.agents, os.cpu_count() or 1, 16):
         parser.error("--client-processes must be in 1..min(agents, CPU cores, 16)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the server is stopped too
@@ -683,7 +730,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))  # the server inherits it
 
     try:
-        with served(args.heartbeat_s) as service:
+        with served(args.heartbeat_s, slow_solver=args.slow_solver) as service:
             args.tokens, args.server_pid = service.tokens, service.pid
             asyncio.run(asyncio.wait_for(run(args, service.url), timeout=args.max_run_s))
     except TimeoutError:

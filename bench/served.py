@@ -50,12 +50,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(heartbeat_s: float = 10.0, ready_s: float = 60.0) -> Iterator[Served]:
+def served(
+    heartbeat_s: float = 10.0, ready_s: float = 60.0, slow_solver: float = 1.0
+) -> Iterator[Served]:
     """Run ``interstice serve`` (this Python's console script) until the block ends.
 
     Args:
         heartbeat_s: the service's heartbeat interval, seconds.
         ready_s: longest wait for ``/readyz``, seconds.
+        slow_solver: above 1, every solve takes that many times as long (bench/slow_serve.py).
 
     Raises:
         RuntimeError: the service was not ready within ``ready_s``.
@@ -75,8 +78,11 @@ def served(heartbeat_s: float = 10.0, ready_s: float = 60.0) -> Iterator[Served]
         "INTERSTICE_LOG_LEVEL": "warning",
     }
     interstice = shutil.which("interstice", path=str(Path(sys.executable).parent)) or "interstice"
+    command = [interstice]
+    if slow_solver > 1:
+        command = [sys.executable, str(Path(__file__).with_name("slow_serve.py")), str(slow_solver)]
     server = subprocess.Popen(
-        [interstice, "serve", "--db", db_url, "--port", str(port)],
+        [*command, "serve", "--db", db_url, "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=open(folder / "serve.log", "wb"),

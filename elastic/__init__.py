@@ -10,6 +10,7 @@ requests). See ``examples/train_digits.py`` for a whole script.
 - :class:`State`: checkpoint/resume at any world size, agreed stop, periodic saves.
 - :func:`report`: progress for the agent and the job's ``metrics.jsonl``.
 - :func:`save_final`: the trained model in ``<job_dir>/final/model.pt``.
+- :class:`SampleRecorder`: ``--record-samples``, each trained ``epoch index``, for checks.
 
 For a framework's own loop, the same contract as one callback, imported by name (extras
 ``lightning`` and ``hf``): :mod:`interstice.elastic.lightning` (``Trainer.fit``),
@@ -33,6 +34,7 @@ from interstice.elastic.batch import (
 )
 from interstice.elastic.env import Context, current, init, shutdown
 from interstice.elastic.final import save_final
+from interstice.elastic.records import SampleRecorder
 from interstice.elastic.report import report
 from interstice.elastic.sampler import ElasticSampler
 from interstice.elastic.state import State, is_sharded, unwrap
@@ -41,6 +43,7 @@ __all__ = [
     "Context",
     "ElasticSampler",
     "Plan",
+    "SampleRecorder",
     "State",
     "accumulate",
     "all_reduce_gradients",

@@ -5,7 +5,11 @@ is not ``"running"`` always, and the last held-back one at exit):
 
 - every rank: ``progress-<local_rank>.json`` in ``INTERSTICE_RUN_DIR`` (atomic), the file the
   agent reads: ``{"rendezvous_id", "rank", "world_size", "nodes", "step", "samples",
-  "samples_per_s", "loss", "metrics", "state", "time"}``;
+  "samples_per_s", "loss", "metrics", "state", "time", "first_step", "resumed_time"}``.
+  ``first_step`` is the step of this process's first written report, ``resumed_time``
+  (``time.time()``, None until then) the time of its first written report beyond it: a process
+  runs one generation, so this is where the generation's rescale cost ends (docs/concepts.md);
+  the agent passes both on, so the service measures the cost on the workers' clock;
 - rank 0: one line appended to ``<job_dir>/metrics.jsonl``: ``{"time", "step", "samples",
   "loss", "samples_per_s", "world_size", ...metrics}``. Without a job dir (plain
   ``torchrun``) the line goes to ``<checkpoint_dir>/metrics.jsonl`` (the dir of the last
@@ -41,6 +45,8 @@ class _Reporter:
         self.pending: dict[str, Any] | None = None
         self.ctx: env.Context | None = None
         self.output_dir: Path | None = None
+        self.first_step: int | None = None
+        self.resumed_time: float | None = None
         atexit.register(self.flush)
 
     def submit(self, record: dict[str, Any]) -> bool:
@@ -67,6 +73,10 @@ class _Reporter:
             if record["time"] > then and record["samples"] >= samples_then:
                 samples_per_s = (record["samples"] - samples_then) / (record["time"] - then)
         self.last_rate_point = (record["time"], record["samples"])
+        if self.first_step is None:
+            self.first_step = record["step"]
+        elif self.resumed_time is None and record["step"] > self.first_step:
+            self.resumed_time = record["time"]
         ctx = self.ctx
         progress = {
             "rendezvous_id": ctx.rendezvous_id,
@@ -75,6 +85,8 @@ class _Reporter:
             "nodes": ctx.nodes,
             **{k: record[k] for k in ("step", "samples", "loss", "metrics", "state", "time")},
             "samples_per_s": samples_per_s,
+            "first_step": self.first_step,
+            "resumed_time": self.resumed_time,
         }
         if ctx.run_dir is not None:
             path = wire.progress_path(ctx.run_dir, ctx.local_rank)

@@ -44,7 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-micro-batch-size", type=int, default=None, help="per rank")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
+    elastic.SampleRecorder.add_argument(parser)
     parser.add_argument("--float64", action="store_true", help="train in float64 (comparisons)")
     parser.add_argument("--plain", action="store_true", help="stock Accelerate, no interstice")
     return parser.parse_args()
@@ -96,9 +96,7 @@ def train(accelerator: Accelerator, ctx: elastic.Context, args: argparse.Namespa
     state.load()
     state.world_sizes.append(ctx.world_size)
     loader = prepare_loader(accelerator, DataLoader(train_set, batch_sampler=sampler))
-    if args.record_samples:
-        args.record_samples.mkdir(parents=True, exist_ok=True)
-        recorded = open(args.record_samples / f"rank{ctx.rank}-pid{os.getpid()}.txt", "a")
+    recorder = elastic.SampleRecorder(args.record_samples, ctx.rank)
     while not state.should_stop():
         for batch in loader:
             optimizer.zero_grad()
@@ -112,9 +110,7 @@ def train(accelerator: Accelerator, ctx: elastic.Context, args: argparse.Namespa
             accelerator.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
-            if args.record_samples:
-                recorded.write("".join(f"{e} {i}\n" for e, i in sampler.current_share()))
-                recorded.flush()
+            recorder.write(sampler.current_share())
             state.step(loss_sum=loss_sum)
             elastic.report(step=state.steps, samples=state.samples, loss=state.loss)
             if state.should_stop():

@@ -36,7 +36,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-micro-batch-size", type=int, default=None, help="per rank")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
+    elastic.SampleRecorder.add_argument(parser)
     parser.add_argument("--deterministic", action="store_true", help="for bitwise-stable runs")
     return parser.parse_args()
 
@@ -115,9 +115,7 @@ def train(ctx: elastic.Context, args: argparse.Namespace) -> None:
     state.load()
     state.world_sizes.append(ctx.world_size)
     loader = DataLoader(train_set, batch_sampler=sampler)
-    if args.record_samples:
-        args.record_samples.mkdir(parents=True, exist_ok=True)
-        recorded = open(args.record_samples / f"rank{ctx.rank}-pid{os.getpid()}.txt", "a")
+    recorder = elastic.SampleRecorder(args.record_samples, ctx.rank)
     while not state.should_stop():
         for batch in loader:
             optimizer.zero_grad()
@@ -129,9 +127,7 @@ def train(ctx: elastic.Context, args: argparse.Namespace) -> None:
                 (loss * scale).backward()
                 step_loss += loss.detach()
             optimizer.step()
-            if args.record_samples:
-                recorded.write("".join(f"{e} {i}\n" for e, i in sampler.current_share()))
-                recorded.flush()
+            recorder.write(sampler.current_share())
             state.step(loss_sum=step_loss)
             elastic.report(step=state.steps, samples=state.samples, loss=state.loss)
             if state.should_stop():

@@ -53,7 +53,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
+    elastic.SampleRecorder.add_argument(parser)
     parser.add_argument("--float64", action="store_true", help="train in float64 (comparisons)")
     parser.add_argument("--plain", action="store_true", help="the stock Trainer, no interstice")
     return parser.parse_args()
@@ -118,24 +118,17 @@ def digits() -> tuple[Digits, Digits]:
 class Progress(TrainerCallback):
     """The job's world sizes, and with ``--record-samples`` each trained ``epoch index``."""
 
-    def __init__(self, elastic_callback: ElasticCallback, records: Path | None) -> None:
+    def __init__(self, elastic_callback: ElasticCallback, recorder: elastic.SampleRecorder) -> None:
         self.elastic_callback = elastic_callback
-        self.records = records
-        self.file = None
+        self.recorder = recorder
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
         # Listed after the ElasticCallback: the checkpoint is loaded by now.
         self.elastic_callback.state.world_sizes.append(args.world_size)
-        if self.records:
-            self.records.mkdir(parents=True, exist_ok=True)
-            name = f"rank{args.process_index}-pid{os.getpid()}.txt"
-            self.file = open(self.records / name, "a")
 
     def on_optimizer_step(self, args, state, control, **kwargs) -> None:
-        if self.file:  # the step just trained: the sampler moves at on_step_end
-            share = self.elastic_callback.sampler.current_share()
-            self.file.write("".join(f"{e} {i}\n" for e, i in share))
-            self.file.flush()
+        # The step just trained: the sampler moves at on_step_end.
+        self.recorder.write(self.elastic_callback.sampler.current_share())
 
 
 def accuracy(model: nn.Module, test_set: Digits) -> float:
@@ -195,9 +188,10 @@ def train(args: argparse.Namespace) -> None:
         checkpoint_dir=args.checkpoint_dir, total_samples=args.total_samples,
         global_batch_size=args.global_batch_size, world_sizes=[],
     )  # fmt: skip
+    recorder = elastic.SampleRecorder(args.record_samples, training_args.process_index)
     trainer = ElasticTrainer(
         model=model, args=training_args, train_dataset=train_set,
-        callbacks=[callback, Progress(callback, args.record_samples)],
+        callbacks=[callback, Progress(callback, recorder)],
     )  # fmt: skip
     started = time.perf_counter()
     trainer.train()

@@ -38,7 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--global-batch-size", type=int, default=gbs, help="samples per step")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record-samples", type=Path, help="append 'epoch index' lines here")
+    elastic.SampleRecorder.add_argument(parser)
     parser.add_argument("--float64", action="store_true", help="Lightning's 64-true precision")
     parser.add_argument("--plain", action="store_true", help="Lightning's own DDP, no interstice")
     return parser.parse_args()
@@ -64,16 +64,13 @@ class DigitsMLP(L.LightningModule):
 
 
 class RecordSamples(L.Callback):
-    """Appends the ``epoch index`` pairs of each trained batch (before the sampler moves)."""
+    """Records the ``epoch index`` pairs of each trained batch (before the sampler moves)."""
 
-    def __init__(self, sampler: elastic.ElasticSampler, folder: Path, rank: int) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.sampler = sampler
-        self.file = open(folder / f"rank{rank}-pid{os.getpid()}.txt", "a")
+    def __init__(self, sampler: elastic.ElasticSampler, recorder: elastic.SampleRecorder) -> None:
+        self.sampler, self.recorder = sampler, recorder
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.file.write("".join(f"{e} {i}\n" for e, i in self.sampler.current_share()))
-        self.file.flush()
+        self.recorder.write(self.sampler.current_share())
 
 
 def digits() -> TensorDataset:
@@ -108,8 +105,8 @@ def main() -> None:
     )
     callbacks: list[L.Callback] = [callback]
     if args.record_samples:
-        rank = int(os.environ.get("RANK", "0"))
-        callbacks.insert(0, RecordSamples(sampler, args.record_samples, rank))
+        recorder = elastic.SampleRecorder(args.record_samples, int(os.environ.get("RANK", "0")))
+        callbacks.insert(0, RecordSamples(sampler, recorder))
     trainer = L.Trainer(
         **trainer_args(args), max_epochs=-1, use_distributed_sampler=False, callbacks=callbacks
     )

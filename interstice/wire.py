@@ -57,7 +57,7 @@ ProgressState = Literal["running", "stopped", "finished"]
 
 DEFAULT_ENTRYPOINT = "interstice.agents.worker"  # the built-in worker's module
 
-PROTOCOL_VERSION = 3  # docs/reference/agent-protocol.md; the service still answers version 2 agents
+PROTOCOL_VERSION = 4  # docs/reference/agent-protocol.md; the service still answers version 2 agents
 
 HEARTBEAT_METRICS_MAX = 32  # keys of a heartbeat's ``metrics``
 HEARTBEAT_ERROR_MAX_CHARS = 4000  # length of a heartbeat's ``error``

@@ -1,6 +1,6 @@
 """Jobs on a :class:`~interstice.agents.local_cluster.LocalCluster`, as their user sees them:
-the ``interstice job`` command line and the metrics series. Shared by the end-to-end tests
-of the example scripts."""
+the ``interstice job`` command line and the metrics series; and the cluster started with its
+tokens made in the test's process. Shared by the end-to-end tests."""
 
 import json
 from typing import Any
@@ -9,6 +9,16 @@ from interstice.agents.local_cluster import LocalCluster
 from typer.testing import CliRunner, Result
 
 from interstice.cli import app
+from interstice.demo.session import create_tokens
+
+
+def start_cluster(cluster: LocalCluster, **start: Any) -> LocalCluster:
+    """``cluster`` started (``start``: :meth:`LocalCluster.start`'s arguments), its database
+    migrated and a token per role made in this process first: ``LocalCluster`` alone runs an
+    ``interstice token create`` per role, a Python start-up and a migration each."""
+    create_tokens(cluster)
+    cluster.start(**start)
+    return cluster
 
 
 def job_cli(cluster: LocalCluster, *args: str) -> Result:

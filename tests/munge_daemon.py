@@ -5,6 +5,9 @@ credentials as.
 answers a :class:`MungeDaemon` that makes credentials as any account (``runuser``) and stops
 it by its pid. :func:`unix_account` creates a throw-away account (``useradd``) and removes it
 after. Both skip, saying why, where munge is not installed or the test is not root.
+
+The fixtures ``daemon`` (one munged per module, :func:`daemon_fixture`) and ``alice`` (one
+account per module, :func:`alice_fixture`) serve the test modules that import them.
 """
 
 from __future__ import annotations
@@ -175,3 +178,17 @@ def unix_account(prefix: str, system: bool = False) -> Iterator[pwd.struct_passw
 def remove_account(name: str) -> None:
     """``userdel`` the account (nothing when it is already gone)."""
     subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture(scope="module", name="daemon")
+def daemon_fixture() -> Iterator[MungeDaemon]:
+    """munged in a folder under /tmp for the module's tests (see :func:`munged_in_tmp`)."""
+    with munged_in_tmp("interstice-munge-") as running:
+        yield running
+
+
+@pytest.fixture(scope="module", name="alice")
+def alice_fixture() -> Iterator[pwd.struct_passwd]:
+    """A throw-away account ``alice-<hex>`` for the module's tests."""
+    with unix_account("alice") as account:
+        yield account

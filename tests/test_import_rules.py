@@ -92,6 +92,7 @@ RULES = (
         (
             "interstice.api.services",
             "interstice.api.store",
+            "interstice.api.settings",
             "interstice.api.schemas",
             "interstice.api.service",
             "interstice.optimizer",

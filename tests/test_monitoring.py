@@ -202,6 +202,7 @@ def test_every_metric_the_guides_say_to_watch_has_a_panel(scrape: dict) -> None:
         for guide in sorted(GUIDES.glob("*.md"))
     }
     assert {"interstice_forecast_coverage", "interstice_forecasts_used"} <= watched["slurm.md"]
+    assert "interstice_nodes_quarantined" in watched["agents.md"]
     missing = {name: sorted(m - charted) for name, m in watched.items() if m - charted}
     assert not missing, f"metrics the guides say to watch with no dashboard panel: {missing}"
 

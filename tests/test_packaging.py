@@ -86,8 +86,10 @@ def test_the_wheel_alone_runs_the_demo(wheel: Path, tmp_path_factory: pytest.Tem
     assert not root.is_relative_to(REPO.parent)
     venv, cwd = root / "venv", root / "work"
     cwd.mkdir()
+    # no pip of its own (ensurepip takes a minute on a loaded machine): this one's, seen
+    # through the system site-packages, installs into the venv it runs in
     subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
         check=True,
         capture_output=True,
     )

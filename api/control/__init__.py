@@ -5,8 +5,8 @@ allocation in one transaction; the lease sweep), :mod:`.leader` (which replica s
 PostgreSQL advisory lock), :mod:`.leases` (the agents' leases in memory, written in bulk by
 the sweep, which marks silent agents lost), :mod:`.notify` (long-poll wake-ups and their relay
 between replicas over ``LISTEN``/``NOTIFY``), :mod:`.acks` (command acknowledgements written
-in batches).
+in batches), :mod:`.solver_process` (the leader's builds and solves, in a child process).
 
-Imports: interstice.api.services, interstice.api.store, interstice.api.schemas,
-interstice.api.service and interstice.optimizer; no FastAPI.
+Imports: interstice.api.services, interstice.api.store, interstice.api.settings,
+interstice.api.schemas, interstice.api.service and interstice.optimizer; no FastAPI.
 """

@@ -2,12 +2,15 @@
 
 Events that change the problem call :meth:`ControlLoop.mark_stale` (from any thread). The
 loop waits for staleness, sleeps ``debounce_s`` so close events coalesce into one solve,
-snapshots the problem (:func:`build_problem`), runs the solver in a dedicated worker thread
-with the objective's time limit, then writes the allocation and the commands it implies in
-one transaction and wakes the agents' long-polls. Reclaims do not pass through here: they
-issue their commands at once (:func:`interstice.api.services.state.release_nodes`), even
-while a solve runs. A second task sweeps agent leases. With several replicas on one
-PostgreSQL database only the leader solves (see :class:`ControlLoop`).
+snapshots the problem (:func:`build_problem`) and runs the solver with the objective's time
+limit (:func:`plan`), both in the solver process (:mod:`.solver_process`; with
+``solver_process`` off, in a worker thread), then writes the allocation and the commands it
+implies in one transaction and wakes the agents' long-polls. Reclaims do not pass through
+here: they issue their commands at once
+(:func:`interstice.api.services.state.release_nodes`), even while a solve runs, and in the
+solver process the solve holds none of the service's GIL. A second task sweeps agent
+leases. With several replicas on one PostgreSQL database only the leader solves (see
+:class:`ControlLoop`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
 from interstice.api.control import leases, stalls
 from interstice.api.control.leader import AlwaysLeader, PostgresLeadership
@@ -30,6 +35,8 @@ from interstice.api.services import state, usage
 from interstice.api.services.objective import stored as stored_objective
 from interstice.api.services.scalability import stored as stored_table
 from interstice.api.services.state import ACTIVE_JOB_STATES, Changes, parse_id
+from interstice.api.settings import Settings
+from interstice.api.store.db import Database
 from interstice.api.store.tables import (
     AllocationRecord,
     IdleInterval,
@@ -52,6 +59,9 @@ from interstice.optimizer.coverage import solve_coverage
 from interstice.optimizer.learning import RateObservation, default_curve, fit_curve
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from interstice.api.control.solver_process import SolverProcess
 
 log = logging.getLogger("interstice.api")
 
@@ -116,7 +126,38 @@ def idle_forecast_s(untils: dict[str, datetime], now: datetime) -> dict[str, flo
     return {node: seconds for node, seconds in left.items() if seconds > 0}
 
 
-def build_problem(service: Service) -> tuple[Problem, str] | None:
+class Source(Protocol):
+    """What a problem is built from: a :class:`Service`, or the solver process's
+    :class:`~interstice.api.control.solver_process.Reader`."""
+
+    db: Database
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A solve's answer and what the service's metrics say of its problem."""
+
+    allocation: Allocation
+    forecast_coverage: float | None
+    """:attr:`Problem.forecast_coverage`, in [0, 1]; None without forecasts."""
+    forecasts_used: bool
+    """:attr:`Problem.forecasts_used`."""
+
+
+def plan(source: Source, solver: Solver) -> Plan | None:
+    """Build the problem now (:func:`build_problem`) and solve it with ``solver``; None when
+    there is nothing to decide. Runs in the solver process, or in the service's worker thread.
+    """
+    snapshot = build_problem(source)
+    if snapshot is None:
+        return None
+    problem, backend = snapshot
+    allocation = solver(problem, backend)
+    return Plan(allocation, problem.forecast_coverage, problem.forecasts_used)
+
+
+def build_problem(service: Source) -> tuple[Problem, str] | None:
     """The optimizer's problem now, and the backend to solve it with; None when there is
     nothing to decide (no active job or no allocatable node).
 
@@ -420,7 +461,16 @@ class ControlLoop:
     def __init__(self, service: Service, solver: Solver) -> None:
         self.service = service
         self.solver = solver
+        """Used in the worker thread; the solver process gets it as it starts."""
         self.solves = 0
+        self.solver_process: SolverProcess | None = None
+        """Where the leader builds and solves; None: in the worker thread (``solver_process``
+        off, or an in-memory SQLite database, which no other process sees)."""
+        in_memory = service.db.engine.url.database in (None, "", ":memory:")
+        if service.settings.solver_process and not in_memory:
+            from interstice.api.control.solver_process import SolverProcess
+
+            self.solver_process = SolverProcess(service.settings, solver)
         self._stale: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interstice-solve")
@@ -467,7 +517,8 @@ class ControlLoop:
         await self.leadership.start()
 
     async def stop(self) -> None:
-        """Step down and cancel every task; a solve in its thread is abandoned."""
+        """Step down and cancel every task; a solve in its thread is abandoned, the solver
+        process ended."""
         await self.leadership.stop()
         await self._deposed()  # SQLite's leader is never deposed: its solve loop ends here
         for task in self._tasks:
@@ -480,6 +531,8 @@ class ControlLoop:
     async def _elected(self) -> None:
         assert self._stale is not None
         self.service.leader_since = time.monotonic()
+        if self.solver_process is not None:
+            self.solver_process.start()  # it imports while the first events arrive
         self._solving = asyncio.create_task(self._solve_forever(), name="interstice-control")
         self.service.metrics.leader.set(1)
         self._stale.set()
@@ -491,6 +544,8 @@ class ControlLoop:
             self._solving.cancel()
             await asyncio.gather(self._solving, return_exceptions=True)
             self._solving = None
+        if self.solver_process is not None:
+            await asyncio.to_thread(self.solver_process.stop)
 
     async def _in_thread(self, fn: Callable[..., object], *args: object) -> object:
         assert self._loop is not None
@@ -512,17 +567,19 @@ class ControlLoop:
                 self._stale.set()
 
     async def _solve_once(self) -> None:
-        snapshot = await self._in_thread(build_problem, self.service)
-        if snapshot is None:
+        if self.solver_process is not None:
+            planned = await self.solver_process.plan()
+        else:
+            planned = await self._in_thread(plan, self.service, self.solver)  # type: ignore[assignment]
+        if planned is None:
             return
-        problem, backend = snapshot  # type: ignore[misc]
-        allocation: Allocation = await self._in_thread(self.solver, problem, backend)  # type: ignore[assignment]
+        allocation = planned.allocation
         metrics = self.service.metrics
         metrics.solve_seconds.observe(allocation.solve_time_s)
         metrics.solver_status.labels(allocation.status).inc()
-        coverage = problem.forecast_coverage
+        coverage = planned.forecast_coverage
         metrics.forecast_coverage.set(math.nan if coverage is None else coverage)
-        metrics.forecasts_used.set(int(problem.forecasts_used))
+        metrics.forecasts_used.set(int(planned.forecasts_used))
         changes: Changes = await self._in_thread(apply_allocation, self.service, allocation)  # type: ignore[assignment]
         self.solves += 1
         changes.stale = False  # the loop's own moves do not call for another solve

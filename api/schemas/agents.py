@@ -4,8 +4,8 @@ acknowledgements."""
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from interstice.api.schemas.common import NAME, Request, integer
-from pydantic import BaseModel, ConfigDict, Field
+from interstice.api.schemas.common import NAME, Request, UTCTime, integer
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
 from interstice.wire import (
     HEARTBEAT_ERROR_MAX_CHARS,
@@ -48,7 +48,8 @@ class AgentRegistered(BaseModel):
 
     Attributes:
         protocol_version: the newest agent protocol version the service speaks (3: a
-            heartbeat may come with the long-poll, ``POST /v1/agents/{agent_id}/poll``).
+            heartbeat may come with the long-poll, ``POST /v1/agents/{agent_id}/poll``; 4: a
+            heartbeat may carry ``first_step`` and ``resumed_at``).
     """
 
     agent_id: str
@@ -103,6 +104,11 @@ class Heartbeat(Request):
             done) or ``failed`` (they exited non-zero or could not start: the job fails with
             ``error``); ``running`` otherwise.
         error: why it failed (at most 4,000 characters).
+        first_step: the step of the generation's first report (its workers' first step after
+            they resumed from the checkpoint).
+        resumed_at: when (UTC, the workers' clock) the generation first reported a step beyond
+            ``first_step``: where its rescale cost ends (``cost_s`` of the job's rescales);
+            null until then.
     """
 
     job_id: str | None = Field(default=None, max_length=50)
@@ -118,6 +124,11 @@ class Heartbeat(Request):
     )
     job_state: HeartbeatJobState | None = None
     error: str | None = Field(default=None, max_length=HEARTBEAT_ERROR_MAX_CHARS)
+    first_step: integer(0, 10**15) | None = None
+    # kept as it came, in the agent's JSON ``report``: dumped as its ISO string
+    resumed_at: Annotated[UTCTime, PlainSerializer(datetime.isoformat, return_type=str)] | None = (
+        None
+    )
 
 
 class HeartbeatAnswer(BaseModel):

@@ -156,8 +156,10 @@ class RescalePublic(BaseModel):
     """One change of a job's nodes or SPB depth: the start of generation ``generation``.
 
     Attributes:
-        cost_s: measured rescale cost, seconds: from the commands to the generation's first
-            report beyond its first step; None until measured (or when it ran on no node).
+        cost_s: measured rescale cost, seconds: from the commands (``at``) to the time the
+            generation's workers wrote their first report beyond their first step (the
+            workers' clock, as in the job's ``metrics.jsonl``); None until measured (or when
+            it ran on no node).
     """
 
     model_config = ConfigDict(from_attributes=True)

@@ -171,15 +171,36 @@ def leave(service: Service, agent_id: str) -> None:
     service.after_commit(changes)
 
 
+AGENT_COLUMNS = (
+    "node",
+    "host",
+    "ports",
+    "devices",
+    "state",
+    "registered_at",
+    "last_heartbeat_at",
+    "runs_as_owner",
+)
+"""The columns of :class:`~interstice.api.store.tables.Agent` that :class:`AgentPublic` shows
+as they are (its id and report apart)."""
+
+
 def list_agents(service: Service) -> AgentsPublic:
     """Every agent, by id, with its newest report (in memory until the sweep writes it)."""
+    # plain rows, not ORM objects, which cost most of a large list's time to load; unpacked,
+    # since a row's columns by name cost microseconds each, thousands of times a list
+    columns = (getattr(Agent, name) for name in AGENT_COLUMNS)
+    query = select(Agent.id, Agent.report, *columns).order_by(Agent.id)
     with service.db.read() as session:
-        data = [
-            AgentPublic.model_validate(a).model_copy(
-                update={"report": service.leases.report(a.id, a.report)}
-            )
-            for a in session.scalars(select(Agent).order_by(Agent.id))
-        ]
+        rows = session.execute(query).all()
+    data = [
+        AgentPublic(
+            agent_id=f"a-{number}",
+            report=service.leases.report(number, report),
+            **dict(zip(AGENT_COLUMNS, shown, strict=True)),
+        )
+        for number, report, *shown in rows
+    ]
     return AgentsPublic(data=data, count=len(data))
 
 

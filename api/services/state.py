@@ -386,26 +386,33 @@ def record_report(
     """Record what a node's heartbeat says of its job.
 
     - ``samples_done``: the job keeps the largest report; at ``total_samples`` it finishes.
+      A job that ended (cancelled, failed, finished) still takes it: its workers' last report
+      after the stop carries the samples of their final checkpoint. Nothing else of an
+      ended job's report is recorded.
     - A report whose ``step`` is beyond the job's newest joins the metrics series (the
       newest :data:`METRICS_KEPT` are kept) and sets ``last_loss``.
     - A report of the current generation (``rendezvous_id`` the job's newest, or absent, as
       from a version 1 agent) with ``job_state`` ``finished`` finishes the job, with
       ``failed`` fails it with the report's ``error``; a report of an older generation ends
       nothing (its workers may have exited 0 because a peer's stop stopped them).
-    - Learning (reports naming the current generation): the generation's first report sets
-      its first step; the first report beyond it ends the generation's rescale cost
-      (``Rescale.cost_s``: from its commands to now), and each that also advances the job's
-      step is a rate observation at (held node count, SPB depth) (:class:`JobRate`).
+    - Learning (reports naming the current generation, :func:`_learn`): the generation's
+      first step and its rescale cost (``Rescale.cost_s``), and rate observations at (held
+      node count, SPB depth) (:class:`JobRate`).
     """
     job = session.get(Job, job_id)
-    if job is None or job.state not in ACTIVE_JOB_STATES:
+    if job is None:
+        return
+    if beat.samples_done is not None and beat.samples_done > job.samples_done:
+        job.samples_done = beat.samples_done
+    if job.state not in ACTIVE_JOB_STATES:
         return
     now = utcnow()
     newest = rendezvous_id(job)
     current = beat.rendezvous_id in (None, newest)
     advanced = beat.step is not None and (job.last_step is None or beat.step > job.last_step)
-    if beat.samples_done is not None and beat.samples_done > job.samples_done:
-        job.samples_done = beat.samples_done
+    first_step = beat.rendezvous_id == newest and job.generation_step is None
+    if advanced or (first_step and beat.step is not None):
+        job.last_progress_at = now  # the stall sweep's clock (interstice.api.control.stalls)
     if beat.rendezvous_id == newest and beat.step is not None:
         _learn(session, job, beat, beat.step, advanced, now)
     if advanced:
@@ -454,10 +461,20 @@ def _learn(
 ) -> None:
     """A report of the current generation (see :func:`record_report`). ``advanced``: its step
     is beyond every earlier report's (so each step is observed once, whichever node reports
-    it first; after a rescale the workers may repeat steps since their checkpoint)."""
-    if job.generation_step is None:  # the first report after the rescale: not an observation
-        job.generation_step = step
-        return
+    it first; after a rescale the workers may repeat steps since their checkpoint).
+
+    - The generation's first step (``Job.generation_step``) is the report's ``first_step``;
+      from an agent that sends none, the step of the first report received.
+    - A report beyond the first step ends the generation's rescale cost (``Rescale.cost_s``,
+      docs/concepts.md): from the commands (``Rescale.at``) to ``resumed_at``, when the
+      workers first reported a step beyond their first (their clock: the report's arrival
+      comes up to a heartbeat interval later); from an agent that sends none, to the
+      report's arrival.
+    - Each report beyond the first step that also advances the job's step is a rate
+      observation at (held node count, SPB depth).
+    """
+    if job.generation_step is None:
+        job.generation_step = step if beat.first_step is None else beat.first_step
     if step <= job.generation_step:
         return
     nodes = len(held_nodes(session, job.id))
@@ -485,7 +502,8 @@ def _learn(
         )
     )
     if rescale is not None:
-        rescale.cost_s = max(0.0, (now - rescale.at).total_seconds())
+        ended = now if beat.resumed_at is None else beat.resumed_at
+        rescale.cost_s = max(0.0, (ended - rescale.at).total_seconds())
 
 
 def agents_gone(session: Session, agents: Iterable[Agent], state: str, changes: Changes) -> None:

@@ -76,8 +76,11 @@ class Job(Base):
 
     ``samples_done`` is the largest cumulative sample count any node reported. ``last_step``
     and ``last_loss`` come from the newest heartbeat that advanced the step.
-    ``generation_step`` is the step of the current generation's first report (None before
-    it): reports beyond it are rate observations and end the generation's rescale cost.
+    ``generation_step`` is the current generation's first step (None before its first
+    report): reports beyond it are rate observations and end the generation's rescale cost.
+    ``last_progress_at``: when the job last progressed (a report whose step advanced
+    ``last_step``, or its current generation's first step); the stall sweep's clock
+    (:mod:`interstice.api.control.stalls`).
     ``owner_name``/``owner_uid``: the Unix account the job runs as (None: single-user mode,
     the agent's account); ``owner_token_id`` the token or MUNGE principal that submitted it.
     """
@@ -112,6 +115,7 @@ class Job(Base):
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     last_loss: Mapped[float | None] = mapped_column(Float)
     generation_step: Mapped[int | None] = mapped_column(BigInteger)
+    last_progress_at: Mapped[datetime | None]
     owner_name: Mapped[str | None] = mapped_column(String(64))
     owner_uid: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
@@ -222,8 +226,8 @@ class Rescale(Base):
     """One change of a job's node set or SPB depth: generation ``generation`` begins.
 
     ``cost_s`` is the measured rescale cost: from ``at`` (when the commands were written) to
-    the first report of the generation with a step beyond its first report's; None until then
-    (and for a generation on no node).
+    the time the generation's workers wrote their first report beyond their first step (their
+    clock, the report's ``resumed_at``); None until then (and for a generation on no node).
     """
 
     __tablename__ = "rescales"

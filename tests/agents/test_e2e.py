@@ -21,6 +21,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install -e .[tr
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+from local_jobs import start_cluster  # noqa: E402
 
 NODES = ["n0", "n1", "n2", "n3"]
 RECLAIM_GRACE_S = 8.0
@@ -41,7 +42,7 @@ def test_rescale_reclaim_restart_and_preemption_keep_every_step(tmp_path: Path) 
     cluster = LocalCluster(
         tmp_path, NODES, heartbeat_s=1.0, grace_s=AGENT_GRACE_S, scalability_csv=SCALABILITY_CSV
     )
-    cluster.start()
+    start_cluster(cluster)
     try:
         cluster.node_events("idle", ["n0", "n1"])
         job = cluster.request(

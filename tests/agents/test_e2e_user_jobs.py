@@ -23,7 +23,7 @@ pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip instal
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
-from local_jobs import job_cli, last_json_line, reported_world_sizes  # noqa: E402
+from local_jobs import job_cli, last_json_line, reported_world_sizes, start_cluster  # noqa: E402
 
 from interstice import wire  # noqa: E402
 
@@ -44,7 +44,7 @@ def holder_of(cluster: LocalCluster, node: str) -> str | None:
 @pytest.mark.timeout(600)
 def test_digits_job_grows_shrinks_on_reclaim_and_reaches_its_accuracy(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, NODES, heartbeat_s=1.0, grace_s=AGENT_GRACE_S)
-    cluster.start()
+    start_cluster(cluster)
     try:
         cluster.node_events("idle", ["n0", "n1"])
         # A budget long enough for both rescales to happen while it trains.

@@ -19,6 +19,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install -e .[tr
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+from local_jobs import start_cluster  # noqa: E402
 from shadow_torch import NO_TORCH, shadow_torch  # noqa: E402
 
 JOBS = 6
@@ -29,8 +30,7 @@ ENDED = ("finished", "failed", "cancelled")
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
     """The service, the agent of ``broken`` (its Python finds no torch) registered, and the
     agent of ``healthy`` started; both nodes idle."""
-    cluster = LocalCluster(tmp_path / "cluster", [], heartbeat_s=1.0)
-    cluster.start()
+    cluster = start_cluster(LocalCluster(tmp_path / "cluster", [], heartbeat_s=1.0))
     try:
         shadow_torch(tmp_path, monkeypatch, NO_TORCH)
         cluster.start_agent("broken")

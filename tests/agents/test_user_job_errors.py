@@ -18,6 +18,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install -e .[tr
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+from local_jobs import start_cluster  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from interstice.cli import app  # noqa: E402
@@ -64,7 +65,7 @@ main()
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("errors"), NODES, heartbeat_s=1.0)
-    cluster.start()
+    start_cluster(cluster)
     try:
         cluster.node_events("idle", NODES)
         yield cluster

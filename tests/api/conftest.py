@@ -98,6 +98,10 @@ def make_api(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
             "debounce_s": 0.02,
             "checkpoint_root": tmp_path / "checkpoints",
             "scalability_csv": csv,
+            # the solver in a thread: a solver process per app costs its start-up in every
+            # test, and tests inject solvers that do not pickle (test_solver_process.py
+            # runs the process)
+            "solver_process": False,
         }
         settings = Settings(db_url=db_url, **(defaults | overrides))
         app = create_app(settings, solver=solver)

@@ -21,34 +21,61 @@ class Cycle:
         self.me = self
 
 
-async def _until(condition, timeout_s: float = 5.0) -> float:  # type: ignore[no-untyped-def]
-    started = time.monotonic()
-    while not condition() and time.monotonic() - started < timeout_s:
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started if condition() else float("inf")
+async def _until(condition, timeout_s: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``condition()`` holds within ``timeout_s`` (a bound for a loaded machine, not
+    a measure), checked every loop turn or two."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return bool(condition())
+
+
+class Clock:
+    """The collector's clock, moved by the test: the thaw comes when it says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 def test_live_objects_are_frozen_and_cycles_among_them_freed_by_the_thaw(monkeypatch) -> None:
-    monkeypatch.setattr(collector, "THAW_EVERY_S", 1.0)
+    clock = Clock()
+    monkeypatch.setattr(collector, "time", clock)  # the collector's alone, not asyncio's
+    freezes = 0
+    real_freeze = gc.freeze
 
-    async def scenario() -> tuple[bool, bool, float]:
-        async with freezing_every(0.1):
+    def freeze() -> None:
+        nonlocal freezes
+        real_freeze()
+        freezes += 1
+
+    monkeypatch.setattr(collector.gc, "freeze", freeze)  # counted: the regime's ticks
+
+    async def scenario() -> tuple[bool, bool, bool, bool, bool]:
+        async with freezing_every(0.01):
             cycle = Cycle()
             ref = weakref.ref(cycle)
-            await _until(lambda: gc.get_freeze_count() > 0)
-            frozen = gc.get_freeze_count() > 0
+            frozen = await _until(lambda: gc.get_freeze_count() > 0)
             del cycle
             gc.collect()  # a full collection skips the frozen cycle...
             skipped = ref() is not None
-            freed_after_s = await _until(lambda: ref() is None)  # ...the thaw frees it
-        return frozen, skipped, freed_after_s
+            seen = freezes
+            ticked = await _until(lambda: freezes >= seen + 3)
+            kept_until_the_thaw = ref() is not None  # ...and later freezes do not free it...
+            clock.now = collector.THAW_EVERY_S
+            freed = await _until(lambda: ref() is None)  # ...the thaw does
+        return frozen, skipped, ticked, kept_until_the_thaw, freed
 
     before = gc.get_threshold()
-    frozen, skipped, freed_after_s = asyncio.run(scenario())
+    frozen, skipped, ticked, kept_until_the_thaw, freed = asyncio.run(scenario())
     assert gc.get_threshold() == before  # handed back at the end
     assert frozen
     assert skipped
-    assert freed_after_s < 3
+    assert ticked
+    assert kept_until_the_thaw
+    assert freed
     assert gc.get_freeze_count() == 0  # handed back at the end
 
 

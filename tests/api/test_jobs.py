@@ -140,7 +140,7 @@ def test_registration_is_idempotent_per_node(api) -> None:
             "node": "n1",
             "state": "alive",
             "heartbeat_interval_s": 10.0,
-            "protocol_version": 3,
+            "protocol_version": 4,
         }
     )
     listed = api.call("GET", "/v1/agents", "admin").json()["data"]

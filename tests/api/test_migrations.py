@@ -6,7 +6,9 @@ nodes and stored events get no forecast (``until`` None), and the downgrade drop
 Migration 0007: older idle intervals count in no forecast coverage (``forecast`` None).
 Migration 0008: existing tokens are unbound, existing jobs have no Unix owner and existing
 agents did not say they run jobs as their owners. Migration 0009: existing nodes are not
-quarantined, and the downgrade drops the quarantine."""
+quarantined, and the downgrade drops the quarantine. Migration 0010: existing jobs have no last
+progress (their stall clock counts from their generation's start), and the downgrade drops
+it."""
 
 from __future__ import annotations
 
@@ -181,4 +183,26 @@ def test_0009_leaves_existing_nodes_unquarantined(db_url: str) -> None:
     _migrate(engine, "0008_unix_owners", down=True)
     columns = {c["name"] for c in inspect(engine).get_columns("nodes")}
     assert not {"quarantined_at", "quarantine_reason"} & columns
+    engine.dispose()
+
+
+def test_0010_gives_existing_jobs_no_last_progress(db_url: str) -> None:
+    engine = _engine_at(
+        db_url,
+        "0009_node_quarantine",
+        "INSERT INTO tokens (id, name, role, token_sha256, created_at) "
+        "VALUES (1, 'u', 'user', 'x', '2026-01-01 00:00:00')",
+        "INSERT INTO jobs (id, owner_token_id, state, model, min_nodes, max_nodes, "
+        "total_samples, samples_done, priority, parallelism, global_batch_size, rescale_up_s, "
+        "rescale_down_s, env, nproc_per_node, job_dir, spb_depth, generation, "
+        "failed_commands, submitted_at, generation_step) VALUES (1, 1, 'running', 'tinycnn', "
+        "1, 2, 1000, 0, 1, 'dp', 32, 18, 12, '{}', 'auto', '/c/j-1', 0, 1, 0, "
+        "'2026-01-01 00:00:00', 7)",
+    )
+    database.upgrade(engine)
+    with Session(engine) as session:
+        job = session.get_one(Job, 1)
+        assert (job.generation_step, job.last_progress_at) == (7, None)
+    _migrate(engine, "0009_node_quarantine", down=True)
+    assert "last_progress_at" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
     engine.dispose()

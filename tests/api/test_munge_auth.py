@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 from api_helpers import Api
-from munge_daemon import (
+from munge_daemon import (  # noqa: F401 (the fixtures alice and daemon)
     MungeDaemon,
+    alice_fixture,
+    daemon_fixture,
     munged,
-    munged_in_tmp,
     remove_account,
     start_munged,
     unix_account,
@@ -32,20 +33,6 @@ from typer.testing import CliRunner
 from interstice.cli import app
 
 JOB = {"model": "tinycnn", "min_nodes": 1, "max_nodes": 2, "total_samples": 10**6}
-
-
-@pytest.fixture
-def daemon() -> Iterator[MungeDaemon]:
-    """munged in a folder under /tmp that the test accounts can reach (pytest's own
-    temporary folders are root's alone)."""
-    with munged_in_tmp("interstice-munge-") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def alice() -> Iterator[pwd.struct_passwd]:
-    with unix_account("alice") as account:
-        yield account
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def _states(api: Api) -> dict[str, str]:
 
 def test_registration_says_the_protocol_version(api: Api) -> None:
     body = {"node": "n1", "host": "h1"}
-    assert api.call("POST", "/v1/agents", "agent", json=body).json()["protocol_version"] == 3
+    assert api.call("POST", "/v1/agents", "agent", json=body).json()["protocol_version"] == 4
 
 
 def test_a_poll_with_a_heartbeat_renews_the_lease_and_keeps_the_report(api: Api) -> None:

@@ -21,7 +21,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from munge_daemon import MungeDaemon, munged_in_tmp, unix_account
+from munge_daemon import (  # noqa: F401 (the fixtures alice and daemon)
+    MungeDaemon,
+    alice_fixture,
+    daemon_fixture,
+)
 from polling import wait_until
 from slurm_cluster import free_port
 from test_job_cli import one_line_error, submitted_id
@@ -30,18 +34,6 @@ from typer.testing import CliRunner
 from interstice.cli import app
 
 SERVE_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[MungeDaemon]:
-    with munged_in_tmp("interstice-munge-cli-") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def alice() -> Iterator[pwd.struct_passwd]:
-    with unix_account("alice") as account:
-        yield account
 
 
 @pytest.fixture(scope="module")

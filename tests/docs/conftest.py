@@ -46,11 +46,12 @@ def guide_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuideSer
     pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
     pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
     from interstice.agents.local_cluster import LocalCluster
+    from local_jobs import start_cluster
 
     root: Path = tmp_path_factory.mktemp("guide-service")
     cluster = LocalCluster(root, nodes=[], heartbeat_s=1.0, grace_s=10.0)
     try:
-        cluster.start(timeout_s=READY_TIMEOUT_S)
+        start_cluster(cluster, timeout_s=READY_TIMEOUT_S)
         for node in NODES:
             cluster.start_agent(node, "--report-idle")
         cluster.wait_for(

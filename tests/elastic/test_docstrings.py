@@ -8,7 +8,7 @@ import pytest
 
 from interstice import elastic
 
-MODULES = ["batch", "env", "final", "report", "sampler", "sharded", "signals", "state"]
+MODULES = ["batch", "env", "final", "records", "report", "sampler", "sharded", "signals", "state"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from interstice.api.store import db as database
+from interstice.api.store.tables import Agent, Node, utcnow
 from polling import wait_until
 from simulated import Served, serve, stop
 
@@ -96,25 +98,56 @@ async def _all(served: Served, calls: list[tuple[str, str, str, Any]]) -> list[A
         return await asyncio.gather(*(one(*call) for call in calls))
 
 
-def populate(served: Served, nodes: int = NODES, jobs: int = JOBS) -> Population:
-    """Fill ``served`` with ``nodes`` nodes and ``jobs`` jobs (module docstring); returns
-    once the solver has placed jobs on nodes."""
+def idle_nodes(names: list[str]) -> list[str]:
+    """The nodes the scheduler reports idle: a third, as on a quiet day."""
+    return names[::3]
+
+
+def nodes_without_agent(names: list[str]) -> list[str]:
+    """Idle nodes whose agent never registered."""
+    return idle_nodes(names)[1::97]
+
+
+def record_agents(folder: Path, nodes: list[str]) -> dict[str, str]:
+    """Migrate the database of :func:`simulated.serve` in ``folder`` and record an alive agent
+    (host ``h-<node>``, port 29500) on each of ``nodes``, its node busy, as
+    :func:`interstice.api.services.agents.register` leaves them; before the service starts,
+    which counts their leases from its start. Returns ``{node: agent_id}``."""
+    db = database.Database(f"sqlite:///{folder / 'interstice.db'}")
+    try:
+        database.upgrade(db.engine)
+        now = utcnow()
+        agents = [
+            Agent(
+                node=n,
+                host=f"h-{n}",
+                ports=[29500],
+                devices=[],
+                state="alive",
+                last_heartbeat_at=now,
+            )
+            for n in nodes
+        ]
+        with db.write() as session:
+            session.add_all(agents)
+            session.add_all(Node(name=n, state="busy", since=now) for n in nodes)
+            session.flush()
+            return {agent.node: agent.agent_id for agent in agents}
+    finally:
+        db.dispose()
+
+
+def populate(
+    served: Served, agent_of: dict[str, str], nodes: int = NODES, jobs: int = JOBS
+) -> Population:
+    """Fill ``served``, whose agents ``agent_of`` (``{node: agent_id}``, of
+    :func:`record_agents`) are recorded, with ``nodes`` nodes and ``jobs`` jobs (module
+    docstring); returns once the solver has placed jobs on nodes."""
     names = node_names(nodes)
-    idle = names[::3]  # a third idle, as on a quiet day
-    no_agent = idle[1::97]
+    idle = idle_nodes(names)
+    no_agent = nodes_without_agent(names)
     left = [n for n in names[5::211] if n not in no_agent]
     passed = [n for n in idle[2::61] if n not in no_agent]
-    with_agent = [n for n in names if n not in set(no_agent)]
-    registered = asyncio.run(
-        _all(
-            served,
-            [
-                ("agent", "POST", "/v1/agents", {"node": n, "host": f"h-{n}", "ports": [29500]})
-                for n in with_agent
-            ],
-        )
-    )
-    agent_of = {n: a["agent_id"] for n, a in zip(with_agent, registered, strict=True)}
     asyncio.run(
         _all(served, [("agent", "DELETE", f"/v1/agents/{agent_of[n]}", None) for n in left])
     )
@@ -172,9 +205,13 @@ def _job(i: int) -> tuple[str, str, str, dict[str, Any]]:
 def summit(
     folder: Path, nodes: int = NODES, jobs: int = JOBS
 ) -> Iterator[tuple[Served, Population]]:
-    """A service in ``folder`` filled by :func:`populate`, stopped when the block ends."""
+    """A service in ``folder`` filled by :func:`record_agents` and :func:`populate`, stopped
+    when the block ends."""
+    names = node_names(nodes)
+    without = set(nodes_without_agent(names))
+    agent_of = record_agents(folder, [n for n in names if n not in without])
     served = serve(folder, env=SETTINGS)
     try:
-        yield served, populate(served, nodes, jobs)
+        yield served, populate(served, agent_of, nodes, jobs)
     finally:
         stop(served)

@@ -1,8 +1,8 @@
-"""What a second outside test of the running service found, each kept as a test, on
-SQLite and on PostgreSQL: a NUL character in any text field is a 422 naming it (PostgreSQL
-cannot store one: it was a 500), a large scalability table is parsed in linear time and
-refused above the models cap, a superseded node event says it changed nothing, a 404
-quotes a prefix of the id, and ``GET /v1/nodes`` pages.
+"""Edge cases of requests to the running service, on SQLite and on PostgreSQL: a NUL
+character in any text field is a 422 naming it (PostgreSQL cannot store one), a large
+scalability table is parsed in linear time and refused above the models cap, a superseded
+node event says it changed nothing, a 404 quotes a prefix of the id, and ``GET /v1/nodes``
+pages.
 """
 
 from __future__ import annotations
