@@ -138,14 +138,17 @@ class Launcher:
     def close_spare(self) -> None:
         """Let the spare launcher exit (it exits when its stdin closes); one still importing
         torch holds no work and is killed after half a second, so a release within the
-        grace period never waits on it."""
+        grace period never waits on it. Its process group goes with it: the launcher exits
+        without waiting for its fork server, which holds torch and would take seconds to
+        tear down on its own."""
         if self._spare is not None:
             process, _ = self._spare
             _close_quietly(process.stdin)
             try:
                 process.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
-                kill(process)
+                pass
+            kill(process)
             self._spare = None
 
     def launch(self, command: Command) -> Generation:

@@ -33,7 +33,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import psutil
 from interstice.agents import forked_main, rank_logs
 
 from interstice import files, wire
@@ -243,25 +242,12 @@ def exit_at_once(code: int) -> None:
     """End this process with ``code`` without finalizing the interpreter: the agent judges
     the generation by this exit, and tearing down an interpreter that holds torch takes
     seconds (8 s on a loaded 2-core machine) after the result file is written. Nothing is
-    left to clean up: the workers are gone, the resource tracker exits when its pipe from
-    this process closes, and the fork server is killed (:func:`kill_fork_server`)."""
+    left to clean up: the workers are gone, and the fork server and resource tracker exit
+    when their pipes from this process close."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    kill_fork_server()
     os._exit(code)
-
-
-def kill_fork_server() -> None:
-    """SIGKILL this process's fork server, whose children (the workers) have ended: it holds
-    torch, so on its own, once its pipe from here closes, it would take seconds to tear down
-    and outlive this launcher, which the agent's stop counts as the end of everything."""
-    for child in psutil.Process().children():
-        try:
-            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
-                child.kill()
-        except psutil.Error:
-            continue
 
 
 if __name__ == "__main__":
