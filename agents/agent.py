@@ -71,7 +71,6 @@ KILL_MARGIN_S = 1.0  # workers still alive this long before a deadline are kille
 LEAVE_MIN_S = 0.5  # time always left for DELETE /agents/{id} on the way out
 STOP_TIMEOUT_S = 60.0  # a rescale without a deadline waits this long for the old workers
 PENDING_POLL_S = 0.25  # poll period while the only pending commands are ours, running
-EARLIEST_S = datetime(2000, 1, 1, tzinfo=UTC).timestamp()  # the service's earliest time
 SPARE_AFTER_JOIN_S = 5.0  # the next spare launcher starts at the new workers' first step, or
 # this long after they joined (a script that never reports): its imports (seconds of CPU)
 # would slow the workers' own start
@@ -575,7 +574,8 @@ def _resumed(reports: list[dict[str, Any]]) -> dict[str, Any]:
     first_steps = [step for step in firsts if type(step) is int and step >= 0]
     if first_steps:
         fields["first_step"] = min(first_steps)
-    resumed = [t for t in times if t is not None and EARLIEST_S <= t < wire.LATEST_TIME.timestamp()]
+    earliest, latest = wire.EARLIEST_TIME.timestamp(), wire.LATEST_TIME.timestamp()
+    resumed = [t for t in times if t is not None and earliest <= t < latest]
     if first_steps and resumed:
         fields["resumed_at"] = datetime.fromtimestamp(min(resumed), UTC).isoformat()
     return fields

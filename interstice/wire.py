@@ -64,6 +64,8 @@ HEARTBEAT_ERROR_MAX_CHARS = 4000  # length of a heartbeat's ``error``
 
 # -- what a request may hold (the service's schemas check it, a client can before sending) --
 
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+"""The earliest time a request may name."""
 LATEST_TIME = datetime(2101, 1, 1, tzinfo=UTC)
 """The first time past the latest a request may name (years 2000..2100 in UTC)."""
 EVENT_ID_MAX_CHARS = 200  # length of a node event's ``event_id``

@@ -23,10 +23,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
-from interstice.wire import LATEST_TIME
+from interstice.wire import EARLIEST_TIME, LATEST_TIME
 
-EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
-"""The earliest time a request may name."""
 _NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
 
 
@@ -45,7 +43,7 @@ def _utc_in_range(at: datetime) -> datetime:
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
     # compared as instants, so the offset counts (2100-12-31T23:00-05:00 is 2101 in UTC);
     # converted only once in range (astimezone overflows at the ends of year 1 and 9999)
-    if not EARLIEST <= at < LATEST_TIME:
+    if not EARLIEST_TIME <= at < LATEST_TIME:
         raise ValueError(f"{at.isoformat()} is outside the years 2000..2100 in UTC")
     return at.astimezone(UTC)
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.errors import Flaky
 from interstice.api.auth.tokens import create_token_record, list_tokens
 from interstice.api.main import create_app
-from interstice.api.schemas.common import EARLIEST, NO_NUL_PATTERN
+from interstice.api.schemas.common import NO_NUL_PATTERN
 from interstice.api.schemas.jobs import ARGV_MAX_BYTES, ENV_MAX_BYTES, RESERVED_ENV
 from interstice.api.settings import Settings
 from interstice.api.store.db import Database
@@ -37,7 +37,7 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import positive_data_acceptance, use_after_free
 
-from interstice.wire import LATEST_TIME
+from interstice.wire import EARLIEST_TIME, LATEST_TIME
 
 schemathesis.serializer.alias("text/csv", "text/plain")
 SCHEMA = schemathesis.openapi.from_dict(create_app(Settings(db_url="sqlite://")).openapi())
@@ -90,7 +90,7 @@ def _in_utc_years(text: Any) -> bool:
     those years in UTC, as the service reads it: an offset on the first or last day may move
     it out (``2000-01-01T01:00+02:00``), which a pattern on the text cannot state."""
     try:
-        return EARLIEST <= _utc(text) < LATEST_TIME
+        return EARLIEST_TIME <= _utc(text) < LATEST_TIME
     except (TypeError, ValueError):
         return True  # not a time: the schema's own checks decide
 
