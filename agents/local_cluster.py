@@ -53,6 +53,8 @@ class LocalCluster:
         heartbeat_s: the service's heartbeat interval, seconds.
         grace_s: each agent's grace after its preemption signal, seconds.
         checkpoint_every: workers checkpoint every this many steps.
+        join_timeout_s: each agent's ``--join-timeout-s``: how long a generation's rendezvous
+            waits for every node's launcher, seconds.
         scalability_csv: the table uploaded at start (must hold the jobs' models).
         service_env: more of the service's settings (``INTERSTICE_*`` variables).
     """
@@ -62,6 +64,7 @@ class LocalCluster:
     heartbeat_s: float = 1.0
     grace_s: float = 10.0
     checkpoint_every: int = 20
+    join_timeout_s: float = 30.0
     scalability_csv: str = ""
     service_env: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -184,7 +187,7 @@ class LocalCluster:
                     "--poll-wait-s",
                     "5",
                     "--join-timeout-s",
-                    "30",
+                    str(self.join_timeout_s),
                     "--checkpoint-every",
                     str(self.checkpoint_every),
                     *extra,

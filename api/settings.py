@@ -93,6 +93,9 @@ class Settings(BaseSettings):
             reclaims, heartbeats and long-polls never wait for the solve's share of the
             interpreter. Off: in a thread of the service's process (tests that inject a
             solver which does not pickle).
+        solver_hang_s: how long the solver process may take to build a problem, and then
+            to answer beyond the objective's ``time_limit_s``, before it is taken as hung:
+            it is killed, a new one started and the solve asked once more, seconds.
     """
 
     model_config = SettingsConfigDict(env_prefix="INTERSTICE_", extra="forbid")
@@ -123,6 +126,7 @@ class Settings(BaseSettings):
     multi_user: bool = False
     node_group_pattern: str = NODE_GROUP_PATTERN
     solver_process: bool = True
+    solver_hang_s: float = Field(default=120.0, gt=0)
 
     @field_validator("node_group_pattern")
     @classmethod

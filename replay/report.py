@@ -30,6 +30,10 @@ RATIO_FIGURES = (
     "jct_mean_s",
 )
 
+CDF_POINTS = 2000
+"""The most points a hole-length CDF of :func:`plot_summary` is drawn with (a 13-inch figure
+shows no more; every sorted length of Summit's 423,000 takes seconds to draw)."""
+
 
 def summarize(result: ReplayResult) -> dict[str, Any]:
     """The figures of one replay.
@@ -455,8 +459,9 @@ def plot_summary(
         (reference.lengths_s, f"{reference.label} ({len(reference.lengths_s):,})", "--"),
     ):
         if len(lengths):
-            share = np.arange(len(lengths) + 1) / len(lengths)
-            at_s = np.concatenate([lengths[:1], lengths])
+            drawn = np.unique(np.linspace(0, len(lengths) - 1, CDF_POINTS).round().astype(int))
+            share = np.concatenate([[0.0], (drawn + 1) / len(lengths)])
+            at_s = np.concatenate([lengths[:1], lengths[drawn]])
             holes_ax.step(at_s, share, where="post", ls=style, label=label)
     for p, published_s in PUBLISHED_QUANTILES_S.items():
         holes_ax.plot(published_s, p, "kx")

@@ -267,11 +267,11 @@ def test_demo_rescales_honours_reclaims_and_stops_everything(tmp_path: Path) -> 
     keep = tmp_path / "kept"
     marker = uuid.uuid4().hex
     done = subprocess.run(
-        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "60"]
+        ["nice", "-n", "10", *INTERSTICE, "demo", "--duration-s", "50"]
         + ["--jobs", f"digits,{mine}", "--keep", str(keep)],
         capture_output=True,
         text=True,
-        timeout=1100,  # the start on a loaded 2-core machine is slow; the replay is 60 s
+        timeout=1100,  # the start on a loaded 2-core machine is slow; the replay is 50 s
         env={**os.environ, MARKER: marker},
     )
     output = f"--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-3000:]}"

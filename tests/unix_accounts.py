@@ -1,6 +1,7 @@
 """Unix accounts for the tests of jobs that run as their owners (root only): alice, with a
 supplementary group, and bob; and a shared folder laid out as a cluster's."""
 
+import functools
 import grp
 import os
 import pwd
@@ -54,16 +55,11 @@ def owner_accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
                     assert added.returncode == 0, added.stderr
                     created_users.append(name)
         granted = grant_traversal(USERS)
-        probe = subprocess.run(
-            ["runuser", "-u", "alice", "--", sys.executable, "-c", "import torch, interstice"],
-            capture_output=True,
-            text=True,
-            cwd="/",
-        )
-        if probe.returncode != 0:
+        error = probe_error()
+        if error is not None:
             pytest.skip(
                 f"alice cannot run {sys.executable} with torch and interstice "
-                f"(its folders must be readable by other accounts): {probe.stderr[-300:]}"
+                f"(its folders must be readable by other accounts): {error}"
             )
         yield {name: pwd.getpwnam(name) for name in USERS}
     finally:
@@ -74,6 +70,20 @@ def owner_accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         if created_group:
             subprocess.run(["groupdel", EXTRA_GROUP], capture_output=True)
+
+
+@functools.cache
+def probe_error() -> str | None:
+    """Why alice cannot import torch and interstice with this interpreter (the end of its
+    stderr), or None where she can. Asked once per test session (the import took up to 25 s
+    on a loaded 2-core VM): :func:`grant_traversal` opens the same folders each time."""
+    probe = subprocess.run(
+        ["runuser", "-u", "alice", "--", sys.executable, "-c", "import torch, interstice"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    return None if probe.returncode == 0 else probe.stderr[-300:]
 
 
 def grant_traversal(names: tuple[str, ...]) -> list[tuple[Path, list[str]]]:

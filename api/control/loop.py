@@ -145,14 +145,22 @@ class Plan:
     """:attr:`Problem.forecasts_used`."""
 
 
-def plan(source: Source, solver: Solver) -> Plan | None:
+def plan(
+    source: Source, solver: Solver, built: Callable[[Problem], None] | None = None
+) -> Plan | None:
     """Build the problem now (:func:`build_problem`) and solve it with ``solver``; None when
     there is nothing to decide. Runs in the solver process, or in the service's worker thread.
+
+    Args:
+        built: called with the problem between the build and the solve (the solver process
+            tells the service the solve's time limit).
     """
     snapshot = build_problem(source)
     if snapshot is None:
         return None
     problem, backend = snapshot
+    if built is not None:
+        built(problem)
     allocation = solver(problem, backend)
     return Plan(allocation, problem.forecast_coverage, problem.forecasts_used)
 

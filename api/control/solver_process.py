@@ -13,8 +13,11 @@ The child runs at a lower CPU priority (:data:`NICE`): where the cores are busy,
 service's answers come before the solve's work. It is a ``spawn`` child (a fork of a
 threaded service could copy a held lock) in a process group of its own, so stopping it also
 stops a CBC subprocess of its solve. A child that dies is started anew and the solve asked
-once more; a child whose service dies ends when it reads the closed pipe, after at most
-the solve it is running.
+once more, and so is a hung one: it tells the service the solve's time limit once the problem
+is built, and a child that has not started within :data:`START_S`, not built within
+``solver_hang_s``, or not answered within the time limit and ``solver_hang_s`` more, is
+killed. A child whose service dies ends when it
+reads the closed pipe, after at most the solve it is running.
 """
 
 from __future__ import annotations
@@ -32,12 +35,16 @@ from typing import Any
 from interstice.api.control.loop import Plan, Solver, plan
 from interstice.api.settings import Settings
 from interstice.api.store.db import Database
+from interstice.optimizer import Problem
 
 log = logging.getLogger("interstice.api")
 
 NICE = 5
 """How much lower the child's CPU priority is than the service's (``os.nice``): on busy
 cores the scheduler gives the service about three times the child's share."""
+START_S = 300.0
+"""How long a new child may take to start (a ``spawn``: its imports, on a busy machine) and
+say it is ready, seconds, before it is taken as hung."""
 STOP_S = 5.0
 """How long a stopped child has to end on SIGTERM before it is killed, seconds."""
 
@@ -46,14 +53,20 @@ class SolverDied(RuntimeError):
     """The solver process ended before it answered (its exit code in the message)."""
 
 
+class SolverHung(SolverDied):
+    """The solver process answered nothing within its bound (``solver_hang_s``) and was
+    killed."""
+
+
 class SolveFailed(RuntimeError):
     """The build or the solve raised in the solver process (its traceback in the message)."""
 
 
 def serve(conn: Connection, settings: dict[str, Any], solver: Solver) -> None:
-    """The child's loop: for each request read from ``conn``, build and solve (:func:`plan`)
-    and send ``("plan", Plan | None)`` or ``("error", traceback text)``; return once the
-    service's end of ``conn`` is closed.
+    """The child's loop: send ``("ready", None)``, then for each request read from ``conn``,
+    build and solve (:func:`plan`),
+    sending ``("built", time_limit_s)`` between the two, then ``("plan", Plan | None)`` or
+    ``("error", traceback text)``; return once the service's end of ``conn`` is closed.
 
     Args:
         conn: the child's end of the pipe to the service.
@@ -65,14 +78,19 @@ def serve(conn: Connection, settings: dict[str, Any], solver: Solver) -> None:
     os.setpgid(0, 0)
     os.nice(NICE)
     reader = Reader(Settings.model_construct(**settings))
+
+    def built(problem: Problem) -> None:
+        conn.send(("built", problem.time_limit_s))
+
     try:
+        conn.send(("ready", None))
         while True:
             try:
                 conn.recv()
             except EOFError:
                 return
             try:
-                reply: tuple[str, object] = ("plan", plan(reader, solver))
+                reply: tuple[str, object] = ("plan", plan(reader, solver, built))
             except Exception:
                 reply = ("error", traceback.format_exc())
             conn.send(reply)
@@ -108,6 +126,7 @@ class SolverProcess:
         """Children started so far (a restart after a death counts)."""
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
+        self._ready = False
 
     @property
     def pid(self) -> int | None:
@@ -128,7 +147,7 @@ class SolverProcess:
         )
         process.start()
         there.close()
-        self._process, self._conn = process, here
+        self._process, self._conn, self._ready = process, here, False
         self.starts += 1
 
     async def plan(self) -> Plan | None:
@@ -136,7 +155,7 @@ class SolverProcess:
         decide. A child that died is started anew and asked once more (logged).
 
         Raises:
-            SolverDied: the child died twice in a row.
+            SolverDied: the child died (or hung: :class:`SolverHung`) twice in a row.
             SolveFailed: the build or the solve raised.
         """
         try:
@@ -149,9 +168,15 @@ class SolverProcess:
         self.start()
         conn = self._conn
         assert conn is not None
+        hang_s = self.settings.solver_hang_s
         try:
+            if not self._ready:
+                await self._receive(conn, START_S)
+                self._ready = True
             conn.send(True)
-            kind, value = await asyncio.to_thread(conn.recv)
+            kind, value = await self._receive(conn, hang_s)
+            if kind == "built":
+                kind, value = await self._receive(conn, value + hang_s)
         except asyncio.CancelledError:
             self.stop()  # an answer still coming would be read as the next request's
             raise
@@ -161,6 +186,18 @@ class SolverProcess:
         if kind == "error":
             raise SolveFailed(f"in the solver process:\n{value}")
         return value  # type: ignore[no-any-return]
+
+    async def _receive(self, conn: Connection, timeout_s: float) -> tuple[str, Any]:
+        """The child's next message, waited for at most ``timeout_s`` seconds.
+
+        Raises:
+            SolverHung: none came in time; the child is killed.
+            EOFError, OSError: the child ended.
+        """
+        if not await asyncio.to_thread(conn.poll, timeout_s):
+            self._end()
+            raise SolverHung(f"the solver process answered nothing in {timeout_s:.0f} s; killed")
+        return await asyncio.to_thread(conn.recv)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """End the child now, mid-solve too, with its process group (a CBC it runs)."""

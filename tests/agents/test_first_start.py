@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from interstice.agents import health
 from interstice.agents.agent import Agent, AgentConfig
 from interstice.agents.client import ServiceClient
 from interstice.agents.launcher_process import SPARE_READY
@@ -44,11 +45,18 @@ class WatchingService(FakeService):
         return super().__call__(request)
 
 
+FIRST_CHECK_S = 1.0  # seconds to a fault's first health check (then 2 s, 4 s, ...)
+
+
 @pytest.fixture
-def agent(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Agent]:
+def agent(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Agent]:
     """An agent (not registered yet) of node n0 with a :class:`WatchingService`
-    (``agent.service``); its launchers are killed afterwards. ``request.param``: the longest
-    wait for the warm-up (default 600 s)."""
+    (``agent.service``), its first health check :data:`FIRST_CHECK_S` after a fault; its
+    launchers are killed afterwards. ``request.param``: the longest wait for the warm-up
+    (default 600 s)."""
+    monkeypatch.setattr(health, "FIRST_CHECK_S", FIRST_CHECK_S)
     config = AgentConfig(
         server="http://service",
         token="tok",
@@ -159,7 +167,7 @@ def test_once_its_launcher_can_start_the_agent_registers_again_without_the_fault
     assert agent.launcher._spare is None and not agent.health.due()
     assert len(registrations(agent)) == 1 and agent.health.fault is not None
 
-    shutil.rmtree(package)  # torch is back; the next check comes 10 s later
+    shutil.rmtree(package)  # torch is back; the next check comes 2 s later
     wait_until(lambda: agent._check_health() or len(registrations(agent)) > 1, 240, "healthy")
     assert "fault" not in registrations(agent)[1] and agent.health.fault is None
     assert agent.launcher.spare_ready()

@@ -18,6 +18,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install -e .[tr
 pytest.importorskip("fastapi", reason="the service's dependencies are not installed")
 
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+from local_jobs import start_cluster  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from interstice.cli import app  # noqa: E402
@@ -29,8 +30,7 @@ WAIT_TIMEOUT_S = 120.0  # torch imports and a heartbeat on a loaded machine; a h
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """The service and the agent of NODE, idle."""
-    cluster = LocalCluster(tmp_path / "cluster", [], heartbeat_s=1.0)
-    cluster.start()
+    cluster = start_cluster(LocalCluster(tmp_path / "cluster", [], heartbeat_s=1.0))
     try:
         cluster.start_agent(NODE)
         cluster.node_events("idle", [NODE])

@@ -4,12 +4,14 @@ A ``command`` that runs this Python on a script or a module (``script.py ...``,
 ``[sys.executable, "-m", MODULE, ...]``) runs as a function in a process forked from the fork
 server, which imported torch and scikit-learn ahead (``forked_main.run_python_main``); any
 other command is still executed as a program. Checked on real launchers against fake
-services: which commands take the fork path; a script at world size 2 sees its argv, cwd,
-``sys.path[0]``, ``__name__ == "__main__"`` and the job's env without the agent's token,
-runs its ``atexit`` handlers, writes its rank logs and its exit 0 is ``finished``; a module
-whose rank 1 raises ``SystemExit(3)`` fails the job with ``exit code 3`` and that rank's last
-log lines, as a program exiting 3 does; a forked worker that never steps writes its stack to
-its rank log once the job's ``INTERSTICE_FIRST_STEP_DUMP_S`` has passed.
+services: which commands take the fork path; a script that trains at world size 2 (two
+agents, one rank each, its gradients all-reduced) is acked as joined, sees its argv (its
+placeholders expanded), cwd, ``sys.path[0]``, ``__name__ == "__main__"`` and the job's env
+without the agent's token, runs its ``atexit`` handlers, writes each rank's stdout+stderr in
+its rank log and its exit 0 is ``finished``; a module whose rank 1 raises ``SystemExit(3)``
+fails the job with ``exit code 3`` and that rank's last log lines, as a program exiting 3
+does; a forked worker that never steps writes its stack to its rank log once the job's
+``INTERSTICE_FIRST_STEP_DUMP_S`` has passed.
 """
 
 import json
@@ -46,11 +48,25 @@ seen = {
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, f"seen-{rank}.json"), "w") as f:
     json.dump(seen, f)
+world_size = seen["world_size"]
 total = torch.ones(1)
 dist.all_reduce(total)  # a collective across both nodes
-assert total.item() == seen["world_size"]
+assert total.item() == world_size
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 4)
+y = x.sum(1, keepdim=True)
+for step in range(20):  # data parallel: each rank's share, the gradients all-reduced
+    optimizer.zero_grad()
+    loss = ((model(x[rank::world_size]) - y[rank::world_size]) ** 2).mean()
+    loss.backward()
+    for parameter in model.parameters():
+        dist.all_reduce(parameter.grad)
+        parameter.grad /= world_size
+    optimizer.step()
 atexit.register(lambda: open(os.path.join(out, f"atexit-{rank}"), "w").close())
-print(f"rank {rank}: trained at world size {seen['world_size']}", flush=True)
+print(f"rank {rank} of {world_size}: final loss {loss.item():.4f}", flush=True)
 print(f"rank {rank}: a line on stderr", file=sys.stderr, flush=True)
 dist.destroy_process_group()
 """
@@ -156,9 +172,10 @@ def test_a_forked_script_at_world_size_2_sees_what_python_would_give_it(
             120,
             "finished",
         )
+        assert beat["job_id"] == "j-1" and beat["rendezvous_id"] == "j-1-g1"
         assert "error" not in beat
 
-    out = job_dir / "out"
+    out = job_dir / "out"  # {job_dir} expanded
     for rank in (0, 1):
         seen = json.loads((out / f"seen-{rank}.json").read_text())
         assert "multiprocessing.forkserver" in seen["parent"] and seen["preloaded"]
@@ -167,14 +184,20 @@ def test_a_forked_script_at_world_size_2_sees_what_python_would_give_it(
         assert seen["name"] == "__main__" and seen["main_is_us"]
         assert seen["world_size"] == 2
         env = seen["env"]
-        assert env["RANK"] == str(rank) and env["TORCHELASTIC_RUN_ID"] == "j-1-g1"
+        assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "2"
+        assert env["INTERSTICE_JOB_ID"] == "j-1"
+        assert env["INTERSTICE_JOB_DIR"] == str(job_dir)
         assert env["INTERSTICE_CHECKPOINT_DIR"] == str(job_dir / "checkpoints")
+        assert env["INTERSTICE_TOTAL_SAMPLES"] == "1000"
+        assert env["INTERSTICE_GLOBAL_BATCH_SIZE"] == "8"
+        assert env["TORCHELASTIC_RUN_ID"] == "j-1-g1"
         assert env["USER_SETTING"] == "42"
         assert "INTERSTICE_AGENT_TOKEN" not in env and AGENT_TOKEN not in env.values()
         assert (out / f"atexit-{rank}").exists()
         log = wire.rank_log_path(job_dir, "j-1-g1", rank).read_text()
-        assert f"rank {rank}: trained at world size 2" in log
+        assert f"rank {rank} of 2: final loss" in log
         assert f"rank {rank}: a line on stderr" in log
+    assert wire.rank_log_files(job_dir, 1) == [wire.rank_log_path(job_dir, "j-1-g1", 1)]
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 PostgreSQL server the fixture starts itself), an app with tokens of every role.
 
 An app's database starts as a copy of one migrated once per test run (a SQLite file copied,
-PostgreSQL's ``CREATE DATABASE ... TEMPLATE``): running every migration costs each test about
-half a second, the copy a tenth of that. The app still upgrades it on start (a no-op at head).
+PostgreSQL's ``CREATE DATABASE ... TEMPLATE``), its tokens already made: running every
+migration costs each test about half a second, the copy a tenth of that. The app still
+upgrades it on start (a no-op at head).
 
 PostgreSQL: the Debian ``postgresql`` package's ``initdb``/``pg_ctl`` run as the
 ``postgres`` user in a temporary folder (PostgreSQL refuses to run as root). Tests on it
@@ -15,6 +16,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +37,47 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
 
 
-def _migrate(url: str) -> None:
-    engine = database.make_engine(url)
+@dataclass(frozen=True)
+class Migrated:
+    """A database at the newest migration holding the tokens of :func:`make_api`, for
+    :func:`db_url` to copy.
+
+    Attributes:
+        source: the SQLite file's path, or the PostgreSQL database's name.
+        tokens: the secret of each role's token, and of ``other`` (a second user's).
+    """
+
+    source: str
+    tokens: dict[str, str]
+
+
+def _migrate(url: str) -> dict[str, str]:
+    """Migrate the database at ``url`` and make a token per role in it, as :func:`make_api`'s
+    apps use them (one made per app start cost each test tenths of a second); their secrets.
+    Disposed after: SQLite's WAL is checkpointed into the file, and no connection stays open
+    to a PostgreSQL template (it must have none)."""
+    db = database.Database(url)
     try:
-        database.upgrade(engine)
+        database.upgrade(db.engine)
+        tokens = {role: create_token(db, role, f"{role}-1") for role in ROLES}
+        tokens["other"] = create_token(db, "user", "user-2")
     finally:
-        engine.dispose()
+        db.dispose()
+    return tokens
 
 
 @pytest.fixture(scope="session")
-def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file at the newest migration, for :func:`db_url` to copy."""
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Migrated:
+    """A SQLite file at the newest migration, with tokens."""
     path = tmp_path_factory.mktemp("migrated") / "interstice.db"
-    _migrate(f"sqlite:///{path}")  # disposed: the WAL is checkpointed into the file
-    return path
+    return Migrated(str(path), _migrate(f"sqlite:///{path}"))
 
 
 @pytest.fixture(scope="session")
-def migrated_postgres(postgres_server: PostgresServer) -> str:
-    """The name of a database at the newest migration on the PostgreSQL fixture server, for
-    :func:`db_url` to copy (no connection stays open to it: a template must have none)."""
+def migrated_postgres(postgres_server: PostgresServer) -> Migrated:
+    """A database on the PostgreSQL fixture server at the newest migration, with tokens."""
     url = postgres_server.new_database()
-    _migrate(url)
-    return url.rsplit("/", 1)[1]
+    return Migrated(url.rsplit("/", 1)[1], _migrate(url))
 
 
 @pytest.hookimpl(tryfirst=True)  # a parametrize mark added first takes the fixture's place
@@ -79,16 +99,20 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         path = tmp_path / "interstice.db"
         if migrated:
-            shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
+            shutil.copyfile(request.getfixturevalue("migrated_sqlite").source, path)
         return f"sqlite:///{path}"
-    template = request.getfixturevalue("migrated_postgres") if migrated else None
+    template = request.getfixturevalue("migrated_postgres").source if migrated else None
     return request.getfixturevalue("postgres_server").new_database(template)
 
 
 @pytest.fixture
-def make_api(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+def make_api(
+    db_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Any]]:
     """``with make_api(solver=..., **settings) as api:`` runs an app on the test's database
-    with the test scalability table loaded and one token per role."""
+    with the test scalability table loaded and one token per role (the copied template's)."""
+    template = "migrated_sqlite" if db_url.startswith("sqlite") else "migrated_postgres"
+    made = request.getfixturevalue(template).tokens
 
     @contextmanager
     def factory(solver: Any = None, **overrides: Any) -> Iterator[Api]:
@@ -106,10 +130,7 @@ def make_api(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
         settings = Settings(db_url=db_url, **(defaults | overrides))
         app = create_app(settings, solver=solver)
         with TestClient(app) as client:
-            db = app.state.service.db
-            tokens = {role: create_token(db, role, f"{role}-1") for role in ROLES}
-            tokens["other"] = create_token(db, "user", "user-2")
-            yield Api(client=client, tokens=tokens, settings=settings)
+            yield Api(client=client, tokens=dict(made), settings=settings)
 
     yield factory
 

@@ -55,6 +55,7 @@ def test_registration_keeps_whether_the_agent_runs_jobs_as_owners(api: Api) -> N
     assert agents(api)["n1"]["runs_as_owner"] is False
 
 
+@pytest.mark.sqlite_only
 def test_a_flag_that_is_not_a_boolean_is_refused_naming_the_field(api: Api) -> None:
     body = {"node": "n1", "host": "h", "runs_as_owner": "yes"}
     r = api.call("POST", "/v1/agents", "agent", json=body)

@@ -48,6 +48,7 @@ def test_objective_defaults_changes_and_audit(api) -> None:
     )
 
 
+@pytest.mark.sqlite_only
 def test_bad_objective_values_name_the_field(api) -> None:
     r = api.call("PUT", "/v1/objective", "admin", json={"horizon_s": -5})
     assert r.status_code == 422

@@ -1,6 +1,6 @@
-"""``interstice serve`` as a process: a port in use is refused before anything is done,
-Ctrl-C during a batch of 10,000 node events stops it cleanly, and at the default log level
-its access log leaves out the quiet agents' polls.
+"""``interstice serve``: a port in use is refused before anything is done (checked in this
+process); as a process, Ctrl-C during a batch of 10,000 node events stops it cleanly, and at
+the default log level its access log leaves out the quiet agents' polls.
 
 Timeline of the Ctrl-C test: the service starts; the test takes SQLite's write lock, so the
 batch posted next waits on it inside the service (in flight, as a batch written while the
@@ -26,19 +26,19 @@ import pytest
 from api_helpers import free_port, interstice_executable
 from interstice.api import serving
 from polling import wait_until
+from typer.testing import CliRunner
+
+from interstice.cli import app
 
 BATCH = 10000  # events, the most one request may carry
 STARTUP_TIMEOUT_S = 120.0
 
 
 def create_token(db: str, role: str = "scheduler") -> str:
-    return subprocess.run(
-        [interstice_executable(), "token", "create", "--role", role, "--db", db],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout.strip()
+    """``interstice token create`` in this process (the test needs no process of its own)."""
+    created = CliRunner().invoke(app, ["token", "create", "--role", role, "--db", db])
+    assert created.exit_code == 0, created.output
+    return created.stdout.strip()
 
 
 @pytest.fixture
@@ -83,13 +83,8 @@ def test_a_port_in_use_is_one_line_and_exit_code_2_before_the_database_is_touche
         taken.listen()
         port = taken.getsockname()[1]
         serve_there = ["serve", "--db", f"sqlite:///{database}", "--port", str(port)]
-        done = subprocess.run(
-            [interstice_executable(), *serve_there],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert (done.returncode, done.stdout) == (2, ""), done
+        done = CliRunner().invoke(app, serve_there)  # in this process: it ends at the check
+    assert (done.exit_code, done.stdout) == (2, ""), done.output
     assert done.stderr.splitlines() == [f"error: port {port} on 127.0.0.1: in use"], done.stderr
     assert not database.exists()  # nothing migrated
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from api_helpers import interstice_executable
 from interstice.api.settings import load_settings
+from typer.testing import CliRunner
 
-INTERSTICE = interstice_executable()
+from interstice.cli import app
 
 
 def test_flags_beat_environment_beat_the_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -39,8 +38,9 @@ def test_flags_beat_environment_beat_the_file(tmp_path: Path, monkeypatch) -> No
         ),
     ],
 )
-def test_cli_errors_are_one_line_with_exit_code_2(args, message, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    done = subprocess.run(
-        [INTERSTICE, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
-    assert (done.returncode, done.stderr.strip()) == (2, message)
+def test_cli_errors_are_one_line_with_exit_code_2(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the command runs in this process: a folder of its own
+    done = CliRunner().invoke(app, args)
+    assert (done.exit_code, done.stderr.strip()) == (2, message)

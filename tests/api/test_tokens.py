@@ -6,15 +6,17 @@ audited by token id."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from api_helpers import Api, interstice_executable
+from api_helpers import Api
 from interstice.api.auth import tokens
 from interstice.api.store.db import Database, upgrade
 from interstice.api.store.tables import AuditEntry, Token, utcnow
+from typer.testing import CliRunner, Result
+
+from interstice.cli import app
 
 
 def _audit(api: Api) -> list[dict]:
@@ -171,10 +173,10 @@ def test_bad_durations(text: str) -> None:
         tokens.parse_duration_s(text)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [interstice_executable(), "token", *args], capture_output=True, text=True, timeout=120
-    )
+def _cli(*args: str) -> Result:
+    """``interstice token ARGS`` in this process (test_usage_errors.py runs the console script
+    as a process: the same exit codes)."""
+    return CliRunner().invoke(app, ["token", *args])
 
 
 def test_the_token_commands(tmp_path: Path) -> None:
@@ -182,20 +184,20 @@ def test_the_token_commands(tmp_path: Path) -> None:
     created = _cli(
         "create", "--role", "scheduler", "--name", "slurm", "--expires-in", "30d", "--db", db
     )
-    assert created.returncode == 0, created.stderr
+    assert created.exit_code == 0, created.stderr
     secret = created.stdout.strip()
     assert len(secret) >= 40
-    assert _cli("create", "--role", "user", "--db", db).returncode == 0
+    assert _cli("create", "--role", "user", "--db", db).exit_code == 0
 
     listed = _cli("list", "--db", db)
-    assert listed.returncode == 0 and secret not in listed.stdout
+    assert listed.exit_code == 0 and secret not in listed.stdout
     first, second = listed.stdout.splitlines()
     assert first.startswith("t-1 name=slurm role=scheduler created=")
     assert " revoked=no" in first and " expires=never " not in first
     assert second.startswith("t-2 name=user role=user ") and " expires=never " in second
 
     revoked = _cli("revoke", "t-1", "--db", db)
-    assert revoked.returncode == 0 and revoked.stdout.startswith("t-1 revoked at ")
+    assert revoked.exit_code == 0 and revoked.stdout.startswith("t-1 revoked at ")
     assert " revoked=no" not in _cli("list", "--db", db).stdout.splitlines()[0]
     database = Database(db)
     record = tokens.TokenCache(database).load(secret)
@@ -223,7 +225,7 @@ def test_bad_token_commands_exit_2_with_one_line(
     tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
     answer = _cli(*args, "--db", f"sqlite:///{tmp_path / 'cli.db'}")
-    assert answer.returncode == 2
+    assert answer.exit_code == 2
     assert answer.stderr.startswith(message) and len(answer.stderr.strip().splitlines()) == 1
 
 

@@ -159,6 +159,7 @@ def test_nan_and_infinity_are_422_not_500(api, raw, field) -> None:  # type: ign
     assert [loc for loc, _ in _errors(r)] == [("body", field)]
 
 
+@pytest.mark.sqlite_only
 def test_nan_in_a_heartbeat_is_422(api) -> None:
     agent = api.register("n1")
     raw = json.dumps({"job_id": "j-1", "loss": 1.0}).replace("1.0", "NaN")

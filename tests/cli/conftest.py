@@ -11,16 +11,17 @@ pytest.importorskip("fastapi", reason="the service's dependencies are not instal
 
 from cli_helpers import Cli  # noqa: E402
 from interstice.agents.local_cluster import LocalCluster  # noqa: E402
+from local_jobs import start_cluster  # noqa: E402
 
 CLIENT_VARIABLES = ("INTERSTICE_SERVER", "INTERSTICE_TOKEN", "INTERSTICE_CONFIG")
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The service with a token per role, no nodes."""
+    """The service with a token per role (made in this process), no nodes."""
     cluster = LocalCluster(tmp_path_factory.mktemp("service"), nodes=[])
-    cluster.start()
     try:
+        start_cluster(cluster)
         yield cluster
     finally:
         cluster.close()

@@ -18,9 +18,10 @@ import importlib
 from pathlib import Path
 
 import pytest
+from installed import skip_unless_installed
 
-pytest.importorskip("transformers", reason="the hf extra is not installed")
-pytest.importorskip("accelerate", reason="the hf extra is not installed")
+skip_unless_installed("transformers", reason="the hf extra is not installed")
+skip_unless_installed("accelerate", reason="the hf extra is not installed")
 
 import torch  # noqa: E402
 from elastic_records import (  # noqa: E402

@@ -16,8 +16,9 @@ The multi-process tests take tens of seconds each: marked slow.
 import doctest
 
 import pytest
+from installed import skip_unless_installed
 
-pytest.importorskip("lightning", reason="the lightning extra is not installed")
+skip_unless_installed("lightning", reason="the lightning extra is not installed")
 
 from elastic_records import (  # noqa: E402
     assert_same_models,

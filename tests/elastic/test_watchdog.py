@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     from interstice import elastic
 
     def waiting_for_a_peer():
-        time.sleep(3)
+        time.sleep(2)  # past the 1 s dump time, with a second to spare
 
     # Before elastic.init(): an optimizer's first construction imports torch._dynamo, which
     # took more than the 1 s dump time on a loaded machine.

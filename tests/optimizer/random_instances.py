@@ -313,7 +313,23 @@ def exhaustive_forecast_optimum(problem: Problem) -> tuple[float, Allocation]:
         The optimum and an allocation that reaches it.
     """
     capacity = len(problem.idle_nodes)
-    per_job = [sorted({n for n, _ in job_options(problem, job)}) for job in problem.jobs]
+    options = [job_options(problem, job) for job in problem.jobs]
+    per_job = [sorted({n for n, _ in allowed}) for allowed in options]
+    # A job's value and share depend only on its own nodes and depth, which many
+    # combinations repeat: each is worked out once.
+    values: dict[tuple, float] = {}
+    shares_of: dict[tuple, JobAllocation] = {}
+
+    def value_of(j: int, mine: tuple, depth: int) -> float:
+        if (j, mine, depth) not in values:
+            values[j, mine, depth] = forecast_worst(problem, problem.jobs[j], mine, depth)[0]
+        return values[j, mine, depth]
+
+    def share_of(j: int, mine: tuple, depth: int) -> JobAllocation:
+        if (j, mine, depth) not in shares_of:
+            shares_of[j, mine, depth] = forecast_share(problem, problem.jobs[j], mine, depth)
+        return shares_of[j, mine, depth]
+
     best: list = [-float("inf"), None]
     for counts in itertools.product(*per_job):
         if sum(counts) > capacity:
@@ -327,11 +343,10 @@ def exhaustive_forecast_optimum(problem: Problem) -> tuple[float, Allocation]:
         growing = [j for j, n in enumerate(counts) if n > len(kept[j])]
         for names in _give(counts, growing, free, kept):
             shares = []
-            for job, n, mine in zip(problem.jobs, counts, names, strict=True):
-                depths = [d for m, d in job_options(problem, job) if m == n]
-                d = max(depths, key=lambda d, job=job, mine=mine: forecast_worst(
-                    problem, job, mine, d)[0])  # fmt: skip
-                shares.append(forecast_share(problem, job, mine, d))
+            for j, (n, mine) in enumerate(zip(counts, map(tuple, names), strict=True)):
+                depths = [d for m, d in options[j] if m == n]
+                d = max(depths, key=lambda d, j=j, mine=mine: value_of(j, mine, d))
+                shares.append(share_of(j, mine, d))
             allocation = Allocation(status="optimal", objective=0.0, backend="brute",
                                     solve_time_s=0, horizon_s=problem.horizon_s,
                                     jobs=tuple(shares))  # fmt: skip

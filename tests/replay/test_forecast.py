@@ -140,15 +140,21 @@ def test_the_forecast_options_reach_the_report(tiny_files, tmp_path) -> None:
         ([], {"forecast": "none", "forecast_coverage": None, "forecast_error": None}),
         (
             ["--forecast", "exact"],
-            {"forecast": "exact", "forecast_coverage": None, "forecast_classes": 1},
+            {
+                "forecast": "exact",
+                "forecast_coverage": None,
+                "forecast_classes": 1,
+                "forecast_min_coverage": 0.9,
+            },
         ),
         (
             ["--forecast", "plan", "--forecast-coverage", "0.25", "--forecast-error", "1"],
             {"forecast": "plan", "forecast_coverage": 0.25, "forecast_error": 1.0},
         ),
-        (["--forecast", "exact", "--forecast-classes", "6"], {"forecast_classes": 6}),
-        (["--forecast", "exact"], {"forecast_min_coverage": 0.9}),
-        (["--forecast", "exact", "--forecast-min-coverage", "0"], {"forecast_min_coverage": 0.0}),
+        (
+            ["--forecast", "exact", "--forecast-classes", "6", "--forecast-min-coverage", "0"],
+            {"forecast_classes": 6, "forecast_min_coverage": 0.0},
+        ),
     ):
         out = tmp_path / "-".join(extra or ["none"])
         result = runner.invoke(app, ["replay", *args, "--no-baselines", "--out", str(out), *extra])

@@ -30,9 +30,10 @@ from typing import Any
 
 import psutil
 import pytest
+from installed import skip_unless_installed
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[train])")
-pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e .[train])")
+skip_unless_installed("sklearn", reason="scikit-learn is not installed (pip install -e .[train])")
 
 import torch  # noqa: E402
 from exactly_once import coverage_problems, read_records  # noqa: E402
