@@ -41,7 +41,8 @@ DIGITS_TRAIN_LEN = 1437  # 80 % of scikit-learn's 1,797 digits
 BATCH = 64
 TOTAL = 4 * DIGITS_TRAIN_LEN  # 4 epochs: 90 steps of 64
 STEPS_PER_RUN = 5  # at least this many steps before a run is stopped
-JOB_TOTAL = 40_000  # samples: about 28 epochs, 625 steps, outlasting both rescales
+JOB_TOTAL = 100_000  # samples: about 70 epochs, 1,563 steps: on a quiet machine world size 1
+# trains most of them while the second node warms, and world size 2 must outlast the shrink
 RUN_TIMEOUT_S = 180.0  # a run on a loaded 2-core machine, the imports included
 EXAMPLE_SCRIPTS = ["train_hf.py", "train_accelerate.py"]
 # The rescaled job and the uninterrupted run step through the same global batches, the
