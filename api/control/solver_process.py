@@ -16,8 +16,8 @@ stops a CBC subprocess of its solve. A child that dies is started anew and the s
 once more, and so is a hung one: it tells the service the solve's time limit once the problem
 is built, and a child that has not started within :data:`START_S`, not built within
 ``solver_hang_s``, or not answered within the time limit and ``solver_hang_s`` more, is
-killed. A child whose service dies ends when it
-reads the closed pipe, after at most the solve it is running.
+killed. A child whose service dies ends when it reads the closed pipe, after at most the
+solve it is running.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class SolverDied(RuntimeError):
 
 
 class SolverHung(SolverDied):
-    """The solver process answered nothing within its bound (``solver_hang_s``) and was
-    killed."""
+    """The solver process answered nothing within its bound (:data:`START_S` to start,
+    ``solver_hang_s`` to build and beyond the solve's time limit) and was killed."""
 
 
 class SolveFailed(RuntimeError):
@@ -64,9 +64,9 @@ class SolveFailed(RuntimeError):
 
 def serve(conn: Connection, settings: dict[str, Any], solver: Solver) -> None:
     """The child's loop: send ``("ready", None)``, then for each request read from ``conn``,
-    build and solve (:func:`plan`),
-    sending ``("built", time_limit_s)`` between the two, then ``("plan", Plan | None)`` or
-    ``("error", traceback text)``; return once the service's end of ``conn`` is closed.
+    build and solve (:func:`plan`), sending ``("built", time_limit_s)`` between the two, then
+    ``("plan", Plan | None)`` or ``("error", traceback text)``; return once the service's end
+    of ``conn`` is closed.
 
     Args:
         conn: the child's end of the pipe to the service.
@@ -195,7 +195,7 @@ class SolverProcess:
             EOFError, OSError: the child ended.
         """
         if not await asyncio.to_thread(conn.poll, timeout_s):
-            self._end()
+            await asyncio.to_thread(self._end)  # its join off the event loop
             raise SolverHung(f"the solver process answered nothing in {timeout_s:.0f} s; killed")
         return await asyncio.to_thread(conn.recv)  # type: ignore[no-any-return]
 

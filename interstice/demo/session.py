@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -163,22 +164,27 @@ def machine() -> str:
 
 
 def create_tokens(cluster: LocalCluster) -> str:
-    """Create ``cluster``'s database and a token per role in it, in this process (one
-    ``interstice token create`` per role took a few seconds each on a loaded 2-core VM);
+    """Create ``cluster``'s database and a token per role in it (:func:`migrated_with_tokens`);
     the database URL."""
+    cluster.root.mkdir(parents=True, exist_ok=True)
+    db_url = f"sqlite:///{cluster.root / 'interstice.db'}"
+    cluster.tokens.update(migrated_with_tokens(db_url, ROLES, "demo-"))
+    return db_url
+
+
+def migrated_with_tokens(db_url: str, roles: Iterable[str], prefix: str = "") -> dict[str, str]:
+    """Migrate the database at ``db_url`` and create a token per role of ``roles`` in it,
+    named ``prefix + role``, in this process (one ``interstice token create`` per role took a
+    few seconds each on a loaded 2-core VM): role -> token."""
     from interstice.api.auth.tokens import create_token
     from interstice.api.store import db
 
-    cluster.root.mkdir(parents=True, exist_ok=True)
-    db_url = f"sqlite:///{cluster.root / 'interstice.db'}"
     database = db.Database(db_url)
     try:
         db.upgrade(database.engine)
-        for role in ROLES:
-            cluster.tokens[role] = create_token(database, role, f"demo-{role}")
+        return {role: create_token(database, role, f"{prefix}{role}") for role in roles}
     finally:
         database.dispose()
-    return db_url
 
 
 def start_service(cluster: LocalCluster, db_url: str, port: int) -> None:

@@ -31,8 +31,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from interstice.api.auth.tokens import create_token
-from interstice.api.store.db import Database, upgrade
 from slurm_cluster import (
     START_TIMEOUT_S,
     SlurmCluster,
@@ -45,6 +43,8 @@ from slurm_cluster import (
     wait_for,
     write_agent_conf,
 )
+
+from interstice.demo.session import migrated_with_tokens
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -103,7 +103,7 @@ def running_cluster(tmp_path: Path, nodes: Sequence[str]) -> Iterator[Cluster]:
     interstice = interstice_bin()
     (tmp_path / "log").mkdir()
     database = f"sqlite:///{tmp_path}/interstice.db"
-    tokens = database_tokens(database, ("admin", "agent", "scheduler"))
+    tokens = migrated_with_tokens(database, ("admin", "agent", "scheduler"))
     port = free_port()
     server_url = f"http://127.0.0.1:{port}"
     service = start_process(
@@ -126,18 +126,6 @@ def running_cluster(tmp_path: Path, nodes: Sequence[str]) -> Iterator[Cluster]:
             yield Cluster(slurm, server_url, tokens["admin"], tokens["scheduler"])
     finally:
         stop_process(service)
-
-
-def database_tokens(database: str, roles: Sequence[str]) -> dict[str, str]:
-    """A new database at URL ``database``, migrated, and a token per role of ``roles`` in it,
-    made in this process (three ``interstice token create`` took seconds each on a loaded
-    2-core VM)."""
-    db = Database(database)
-    try:
-        upgrade(db.engine)
-        return {role: create_token(db, role, role) for role in roles}
-    finally:
-        db.dispose()
 
 
 def test_placeholder_prolog_preemption_epilog(cluster: Cluster) -> None:
